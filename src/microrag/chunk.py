@@ -1,0 +1,291 @@
+"""Step 1 - load documents and split them into chunks.
+
+In:  a path (file or folder) -> ``Document`` records (doc path + text).
+Out: ``Chunk`` records: id ``<doc>#<k>``, doc path, chunk index, character span, text.
+
+Two chunkers, chosen by name:
+  * ``chars``     - the seed's sliding character window (``size``, ``overlap``);
+  * ``sentences`` - paragraph/sentence boundaries packed within a token budget
+                    (``max_tokens``) that fits the embedder.
+Loaders read .md/.markdown/.txt/.html/.htm/.pdf and pre-chunked .jsonl
+(``{"id","doc","text"}``). A file we cannot read is skipped with one warning
+line naming it. This module does not index, score or embed anything.
+"""
+
+from __future__ import annotations
+
+import json
+import logging
+import re
+from collections.abc import Callable, Iterable, Iterator
+from dataclasses import dataclass, field
+from pathlib import Path
+
+from .errors import CorpusError
+
+log = logging.getLogger("microrag")
+
+TEXT_SUFFIXES = {".md", ".markdown", ".txt"}
+HTML_SUFFIXES = {".html", ".htm"}
+SUPPORTED = TEXT_SUFFIXES | HTML_SUFFIXES | {".pdf", ".jsonl"}
+
+
+@dataclass(frozen=True)
+class Chunk:
+    """One retrievable unit. ``text == source_text[start:end]`` for chunks we cut."""
+
+    id: str
+    doc: str
+    index: int
+    start: int
+    end: int
+    text: str
+
+
+@dataclass(frozen=True)
+class Document:
+    """A loaded document. ``prechunked`` holds chunks that came ready-made (.jsonl)."""
+
+    path: str
+    text: str
+    prechunked: tuple[Chunk, ...] = field(default=())
+
+
+# ---------------------------------------------------------------- loaders
+
+
+def _read_text(path: Path) -> str:
+    raw = path.read_bytes()
+    if b"\x00" in raw[:8192]:
+        raise ValueError("looks binary (NUL bytes)")
+    return raw.decode("utf-8")  # UnicodeDecodeError is a ValueError
+
+
+def _read_html(path: Path) -> str:
+    from bs4 import BeautifulSoup  # core dependency; imported late to keep start-up fast
+
+    soup = BeautifulSoup(_read_text(path), "html.parser")
+    for tag in soup(["script", "style", "noscript", "template"]):
+        tag.decompose()
+    # One block element per paragraph so the sentence chunker sees boundaries.
+    text = soup.get_text("\n")
+    return re.sub(r"\n\s*\n+", "\n\n", re.sub(r"[ \t]+", " ", text)).strip()
+
+
+def _read_pdf(path: Path) -> str:
+    from pypdf import PdfReader
+
+    reader = PdfReader(str(path))
+    pages = [(page.extract_text() or "").strip() for page in reader.pages]
+    return "\n\n".join(p for p in pages if p)
+
+
+def _read_jsonl(path: Path, rel: str) -> list[Document]:
+    """Pre-chunked records grouped by their ``doc``, in first-seen order."""
+    by_doc: dict[str, list[Chunk]] = {}
+    for lineno, line in enumerate(_read_text(path).splitlines(), 1):
+        if not line.strip():
+            continue
+        try:
+            rec = json.loads(line)
+            text, doc = str(rec["text"]), str(rec.get("doc") or rel)
+        except (json.JSONDecodeError, KeyError, TypeError) as exc:
+            raise ValueError(f"line {lineno} is not a {{\"id\",\"doc\",\"text\"}} record ({exc})") from None
+        chunks = by_doc.setdefault(doc, [])
+        k = len(chunks)
+        cid = str(rec.get("id") or f"{doc}#{k}")
+        m = re.search(r"#(\d+)$", cid)
+        index = int(m.group(1)) if m else k
+        chunks.append(Chunk(id=cid, doc=doc, index=index, start=0, end=len(text), text=text))
+    return [Document(path=doc, text="\n\n".join(c.text for c in cs), prechunked=tuple(cs)) for doc, cs in by_doc.items()]
+
+
+def load_file(path: Path, rel: str | None = None) -> list[Document]:
+    """Load one file; raises ``ValueError``/``OSError`` when it cannot be read."""
+    rel = rel or path.name
+    suffix = path.suffix.lower()
+    if suffix == ".jsonl":
+        return _read_jsonl(path, rel)
+    if suffix in HTML_SUFFIXES:
+        return [Document(rel, _read_html(path))]
+    if suffix == ".pdf":
+        return [Document(rel, _read_pdf(path))]
+    return [Document(rel, _read_text(path))]
+
+
+def iter_files(root: Path) -> Iterator[tuple[Path, str]]:
+    """(file, doc path relative to ``root``) in sorted order; hidden entries skipped."""
+    if root.is_file():
+        yield root, root.name
+        return
+    for path in sorted(root.rglob("*")):
+        rel = path.relative_to(root).as_posix()
+        if any(part.startswith(".") for part in Path(rel).parts) or not path.is_file():
+            continue
+        yield path, rel
+
+
+def load_documents(paths: Iterable[str | Path]) -> list[Document]:
+    """All readable documents under ``paths``. Unreadable files: one warning each."""
+    docs: list[Document] = []
+    for p in paths:
+        root = Path(p)
+        if not root.exists():
+            raise CorpusError(f"corpus path {str(p)!r} does not exist; pass a folder or a .jsonl file")
+        for path, rel in iter_files(root):
+            if path.suffix.lower() not in SUPPORTED:
+                log.warning("skipping %s: unsupported file type (supported: %s)", rel, " ".join(sorted(SUPPORTED)))
+                continue
+            try:
+                loaded = load_file(path, rel)
+            except (OSError, ValueError) as exc:
+                reason = "not UTF-8 text" if isinstance(exc, UnicodeDecodeError) else str(exc)
+                log.warning("skipping %s: %s", rel, reason)
+                continue
+            except Exception as exc:  # a broken PDF can raise anything from its parser
+                log.warning("skipping %s: cannot parse (%s)", rel, type(exc).__name__)
+                continue
+            docs.extend(d for d in loaded if d.text.strip() or d.prechunked)
+    return docs
+
+
+# ---------------------------------------------------------------- chunkers
+
+
+def chunk_chars(doc: str, text: str, size: int = 300, overlap: int = 60) -> list[Chunk]:
+    """The seed window: ``text[i:i+size].strip()``, ``i += size - overlap``, empties dropped."""
+    out: list[Chunk] = []
+    step = size - overlap
+    for i in range(0, len(text), step):
+        window = text[i : i + size]
+        stripped = window.strip()
+        if not stripped:
+            continue
+        start = i + (len(window) - len(window.lstrip()))
+        out.append(Chunk(f"{doc}#{len(out)}", doc, len(out), start, start + len(stripped), stripped))
+    return out
+
+
+# A sentence ends at . ! ? (optionally closed by quotes/brackets) followed by space.
+_SENT_END = re.compile(r"(?<=[.!?])[\"')\]]*\s+(?=\S)")
+_BLOCK_START = re.compile(r"[ \t]*(?:#{1,6}\s|[-*+]\s|\d+[.)]\s|\|)")
+_WORDPIECE = re.compile(r"\w+|[^\w\s]")
+
+
+def approx_tokens(text: str) -> int:
+    """A WordPiece-ish count: words and punctuation, +30% for sub-word splits, +2 specials."""
+    return int(len(_WORDPIECE.findall(text)) * 1.3) + 2
+
+
+def _blocks(text: str) -> list[tuple[int, int]]:
+    """Paragraph-like blocks: blank lines end one; headings, list items, table rows stand alone."""
+    blocks: list[tuple[int, int]] = []
+    start = None
+    pos = 0
+    for line in text.splitlines(keepends=True):
+        s, e = pos, pos + len(line.rstrip("\r\n"))
+        pos += len(line)
+        if not line.strip():
+            if start is not None:
+                blocks.append((start, prev_end))
+                start = None
+            continue
+        if start is not None and _BLOCK_START.match(line):
+            blocks.append((start, prev_end))
+            start = None
+        if start is None:
+            start = s
+        prev_end = e
+        if line.lstrip().startswith("#"):  # a heading is its own block
+            blocks.append((start, e))
+            start = None
+    if start is not None:
+        blocks.append((start, prev_end))
+    return blocks
+
+
+def sentence_spans(text: str) -> list[tuple[int, int]]:
+    """(start, end) of each sentence, never crossing a block boundary."""
+    spans: list[tuple[int, int]] = []
+    for bs, be in _blocks(text):
+        block = text[bs:be]
+        cuts = [0] + [m.end() for m in _SENT_END.finditer(block)] + [len(block)]
+        for a, b in zip(cuts, cuts[1:]):
+            seg = block[a:b]
+            s = bs + a + (len(seg) - len(seg.lstrip()))
+            e = bs + a + len(seg.rstrip())
+            if e > s:
+                spans.append((s, e))
+    return spans
+
+
+def _split_long(text: str, s: int, e: int, max_tokens: int, count: Callable[[str], int]) -> list[tuple[int, int]]:
+    """Cut one over-long sentence at word boundaries so each piece fits the budget."""
+    pieces: list[tuple[int, int]] = []
+    words = [(m.start() + s, m.end() + s) for m in re.finditer(r"\S+", text[s:e])]
+    cur = 0
+    while cur < len(words):
+        lo, hi = cur + 1, len(words)
+        while lo < hi:  # binary search the longest prefix that fits
+            mid = (lo + hi + 1) // 2
+            if count(text[words[cur][0] : words[mid - 1][1]]) <= max_tokens:
+                lo = mid
+            else:
+                hi = mid - 1
+        pieces.append((words[cur][0], words[lo - 1][1]))
+        cur = lo
+    return pieces
+
+
+def chunk_sentences(
+    doc: str,
+    text: str,
+    max_tokens: int = 256,
+    count_tokens: Callable[[str], int] = approx_tokens,
+) -> list[Chunk]:
+    """Greedily pack whole sentences into chunks of at most ``max_tokens`` tokens.
+
+    Sentences never straddle chunks; a Markdown heading starts a new chunk when the
+    current one is already half full, so sections tend to stay together.
+    """
+    units: list[tuple[int, int]] = []
+    for s, e in sentence_spans(text):
+        units.extend([(s, e)] if count_tokens(text[s:e]) <= max_tokens else _split_long(text, s, e, max_tokens, count_tokens))
+    chunks: list[Chunk] = []
+    cur: list[tuple[int, int]] = []
+
+    def flush() -> None:
+        if cur:
+            s, e = cur[0][0], cur[-1][1]
+            chunks.append(Chunk(f"{doc}#{len(chunks)}", doc, len(chunks), s, e, text[s:e]))
+            cur.clear()
+
+    for s, e in units:
+        if cur:
+            joined = text[cur[0][0] : e]
+            heading = text[s] == "#" and count_tokens(text[cur[0][0] : cur[-1][1]]) > max_tokens // 2
+            if heading or count_tokens(joined) > max_tokens:
+                flush()
+        cur.append((s, e))
+    flush()
+    return chunks
+
+
+def chunk_documents(
+    docs: Iterable[Document],
+    chunker: str = "chars",
+    size: int = 300,
+    overlap: int = 60,
+    max_tokens: int = 256,
+    count_tokens: Callable[[str], int] = approx_tokens,
+) -> list[Chunk]:
+    """Chunk every document with the named chunker; pre-chunked ones pass through."""
+    out: list[Chunk] = []
+    for d in docs:
+        if d.prechunked:
+            out.extend(d.prechunked)
+        elif chunker == "chars":
+            out.extend(chunk_chars(d.path, d.text, size, overlap))
+        else:
+            out.extend(chunk_sentences(d.path, d.text, max_tokens, count_tokens))
+    return out

@@ -1,0 +1,232 @@
+"""``microrag`` - the command line.
+
+  microrag retrieve QUERY   ranked chunks with their scores (no LLM needed)
+  microrag ask QUERY        a cited answer (LLM if LLM_BASE_URL is set, else extractive)
+  microrag rank             the ranking protocol: queries on stdin, OK:/REFUSE lines out
+
+Results go to stdout, diagnostics to stderr. A user mistake prints one line
+``microrag: error: ...`` and exits non-zero; it never prints a traceback.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import logging
+import os
+import sys
+from collections.abc import Sequence
+from typing import TextIO
+
+from . import __version__
+from .config import FUSIONS, preset, override, PRESETS, CHUNKERS
+from .errors import MicroRAGError
+from .generate import LLMConfig
+from .pipeline import Engine, demo_corpus
+from .retrieve import Hit, Retrieval
+
+log = logging.getLogger("microrag")
+
+
+def _diag(msg: str) -> None:
+    print(f"microrag: {msg}", file=sys.stderr, flush=True)
+
+
+def _unit_float(text: str) -> float:
+    try:
+        value = float(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"expected a number between 0 and 1, got {text!r}") from None
+    if not 0.0 <= value <= 1.0:
+        raise argparse.ArgumentTypeError(f"expected a number between 0 and 1, got {text!r}")
+    return value
+
+
+def _positive_int(text: str) -> int:
+    try:
+        value = int(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"expected a whole number, got {text!r}") from None
+    if value < 0:
+        raise argparse.ArgumentTypeError(f"expected a number >= 0, got {text!r}")
+    return value
+
+
+def _common() -> argparse.ArgumentParser:
+    p = argparse.ArgumentParser(add_help=False)
+    g = p.add_argument_group("corpus and settings")
+    g.add_argument("--corpus", action="append", metavar="PATH",
+                   help="folder of documents or a pre-chunked .jsonl (repeatable; "
+                        "default: $MICRORAG_CORPUS or the bundled demo handbook)")
+    g.add_argument("--preset", default="default", choices=sorted(PRESETS),
+                   help="'default' = sentence chunks + BM25 + MiniLM; 'seed' = the walkthrough's "
+                        "character chunks + TF-IDF + hashed embedding (default: %(default)s)")
+    g.add_argument("--top-k", type=_positive_int, metavar="N", help="how many chunks to return (spec default 4)")
+    g.add_argument("--w-kw", type=_unit_float, metavar="W", help="keyword weight in the blend, 0..1 (default 0.5)")
+    g.add_argument("--fusion", choices=FUSIONS, help="how the two legs are combined (default minmax)")
+    g.add_argument("--max-per-source", type=_positive_int, metavar="N",
+                   help="diversity cap: at most N chunks per document, 0 = off (default 2)")
+    g.add_argument("--min-kw", type=float, metavar="X", help="grounding gate floor on the raw keyword score (seed preset)")
+    g.add_argument("--min-em", type=float, metavar="X", help="grounding gate floor on the raw embedding cosine (default preset)")
+    g.add_argument("--chunker", choices=CHUNKERS, help="override the preset's chunker")
+    g.add_argument("--json", action="store_true", help="machine-readable output on stdout")
+    g.add_argument("-q", "--quiet", action="store_true", help="no diagnostics on stderr")
+    return p
+
+
+def build_parser() -> argparse.ArgumentParser:
+    common = _common()
+    parser = argparse.ArgumentParser(
+        prog="microrag",
+        description="microRAG: chunk -> index (keyword + embedding) -> hybrid retrieve -> augment -> generate.",
+        epilog="Examples:\n"
+               "  microrag retrieve \"how do I reset my password?\"\n"
+               "  microrag ask \"how many vacation days do I get?\"\n"
+               "  printf 'vpn access\\n' | microrag rank --corpus chunks.jsonl\n"
+               "Set LLM_BASE_URL (and LLM_API_KEY, LLM_MODEL) to answer with an OpenAI-compatible model.",
+        formatter_class=argparse.RawDescriptionHelpFormatter,
+    )
+    parser.add_argument("--version", action="version", version=f"microrag {__version__}")
+    sub = parser.add_subparsers(dest="command", metavar="COMMAND")
+    sub.required = True
+    r = sub.add_parser("retrieve", parents=[common], help="show the ranked chunks for a query (no LLM)")
+    r.add_argument("query", help="the question, in quotes")
+    a = sub.add_parser("ask", parents=[common], help="answer a question with citations")
+    a.add_argument("query", help="the question, in quotes")
+    sub.add_parser("rank", parents=[common], help="ranking protocol: one query per stdin line -> 'OK: ids' or 'REFUSE'")
+    return parser
+
+
+# ---------------------------------------------------------------- building the engine
+
+
+def _engine(args: argparse.Namespace) -> Engine:
+    settings = override(
+        preset(args.preset),
+        top_k=args.top_k or None,
+        w_kw=args.w_kw,
+        fusion=args.fusion,
+        max_per_source=args.max_per_source,
+        min_kw=args.min_kw,
+        min_em=args.min_em,
+        chunker=args.chunker,
+    )
+    if args.top_k == 0:
+        raise MicroRAGError("--top-k must be at least 1")
+    env_corpus = os.environ.get("MICRORAG_CORPUS")
+    paths = args.corpus or ([env_corpus] if env_corpus else [str(demo_corpus())])
+    engine = Engine.from_paths(paths, settings, progress=sys.stderr.isatty() and not args.quiet)
+    if not args.quiet:
+        s = settings
+        chunking = f"chars {s.size}/{s.overlap}" if s.chunker == "chars" else f"sentences <= {s.max_tokens} tokens"
+        where = "the bundled demo handbook" if not (args.corpus or env_corpus) else ", ".join(paths)
+        _diag(f"indexed {len(engine.index.chunks)} chunks from {len(engine.documents)} documents in {where} "
+              f"({chunking}; {s.keyword}; {s.embedder} dim {engine.index.dim}; {s.fusion} w_kw {s.w_kw})")
+    return engine
+
+
+# ---------------------------------------------------------------- output
+
+
+def _preview(text: str, width: int = 100) -> str:
+    flat = " ".join(text.split())
+    return flat if len(flat) <= width else flat[: width - 3] + "..."
+
+
+def format_hit(hit: Hit) -> str:
+    """The seed's line: ``[0.846 kw=1.00 em=0.69] doc · chunk 0`` and a preview."""
+    return f"[{hit.hybrid:.3f} kw={hit.kw:.2f} em={hit.em:.2f}] {hit.chunk.doc} · chunk {hit.chunk.index}\n  {_preview(hit.chunk.text)}"
+
+
+def _print_retrieval(r: Retrieval, as_json: bool, out: TextIO) -> None:
+    if as_json:
+        json.dump([h.as_dict() for h in r.hits], out, ensure_ascii=False, indent=1)
+        out.write("\n")
+        return
+    if r.refused:
+        print(f"REFUSE: {r.reason}", file=out)
+    for h in r.hits:
+        print(format_hit(h), file=out)
+
+
+def rank_line(r: Retrieval) -> str:
+    """``OK: id, id, ...`` or ``REFUSE``."""
+    if r.refused or not r.hits:
+        return "REFUSE"
+    return "OK: " + ", ".join(h.chunk.id for h in r.hits)
+
+
+# ---------------------------------------------------------------- commands
+
+
+def cmd_retrieve(args: argparse.Namespace) -> int:
+    engine = _engine(args)
+    r = engine.retrieve(args.query)
+    _print_retrieval(r, args.json, sys.stdout)
+    return 0
+
+
+def cmd_rank(args: argparse.Namespace) -> int:
+    engine = _engine(args)
+    for line in sys.stdin:
+        print(rank_line(engine.rank(line.rstrip("\r\n"))), flush=True)
+    return 0
+
+
+def cmd_ask(args: argparse.Namespace) -> int:
+    engine = _engine(args)
+    llm = LLMConfig.from_env()
+    if not args.quiet:
+        _diag(f"answering with the LLM at {llm.base_url} (model {llm.model})" if llm
+              else "answering with the extractive answerer (no LLM_BASE_URL set)")
+    stream_out = None if args.json else (lambda piece: print(piece, end="", flush=True))
+    ans = engine.ask(args.query, llm=llm, on_piece=stream_out)
+    if args.json:
+        json.dump({"answer": ans.text, "mode": ans.mode, "refused": ans.retrieval.refused,
+                   "reason": ans.retrieval.reason, "truncated": ans.truncated,
+                   "sources": [h.as_dict() for h in ans.retrieval.hits]}, sys.stdout, ensure_ascii=False, indent=1)
+        print()
+        return 0
+    print()
+    if ans.truncated and not args.quiet:
+        _diag("warning: the LLM stream dropped mid-answer; the answer above is partial")
+    if ans.retrieval.hits:
+        print("\nSources:")
+        for h in ans.retrieval.hits:
+            print(f"  [source: {h.chunk.doc} · chunk {h.chunk.index}] hybrid {h.hybrid:.3f}")
+    return 0
+
+
+COMMANDS = {"retrieve": cmd_retrieve, "ask": cmd_ask, "rank": cmd_rank}
+
+
+class _StderrFormatter(logging.Formatter):
+    def format(self, record: logging.LogRecord) -> str:
+        return f"microrag: {record.levelname.lower()}: {record.getMessage()}"
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    parser = build_parser()
+    args = parser.parse_args(argv)
+    handler = logging.StreamHandler(sys.stderr)
+    handler.setFormatter(_StderrFormatter())
+    log.handlers[:] = [handler]
+    log.setLevel(logging.ERROR if args.quiet else logging.WARNING)
+    log.propagate = False
+    try:
+        return COMMANDS[args.command](args)
+    except MicroRAGError as exc:
+        print(f"microrag: error: {exc}", file=sys.stderr)
+        return exc.exit_code
+    except KeyboardInterrupt:
+        return 130
+    except BrokenPipeError:  # `microrag retrieve ... | head` is fine
+        try:
+            sys.stdout = open(os.devnull, "w")
+        except OSError:
+            pass
+        return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

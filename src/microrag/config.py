@@ -1,0 +1,107 @@
+"""One settings object, named presets, and overrides.
+
+``seed`` reproduces the walkthrough to the printed digit (character chunks 300/60,
+seed TF-IDF, hashed 128-d embedding); ``default`` is what users get (sentence-aware
+chunks within the embedder's 256-token budget, BM25, all-MiniLM-L6-v2).
+Knob names are the spec's: ``size``, ``overlap``, ``top_k``, ``w_kw``,
+``max_per_source``, ``min_kw``. This module does no I/O.
+"""
+
+from __future__ import annotations
+
+from dataclasses import asdict, dataclass, fields, replace
+from typing import Any
+
+from .errors import ConfigError
+
+CHUNKERS = ("chars", "sentences")
+KEYWORDS = ("tfidf", "bm25")
+EMBEDDERS = ("hash", "minilm")
+FUSIONS = ("minmax", "rrf")
+GATES = ("none", "kw", "em")
+
+
+@dataclass(frozen=True)
+class Settings:
+    """Every knob of the five steps. Frozen: derive variants with :func:`override`."""
+
+    # step 1 - chunk
+    chunker: str = "sentences"
+    size: int = 300  # chars window: characters per chunk
+    overlap: int = 60  # chars window: characters shared by neighbours
+    max_tokens: int = 256  # sentences: embedder token budget per chunk
+    # step 2 - index twice
+    keyword: str = "bm25"
+    embedder: str = "minilm"
+    k1: float = 0.9  # BM25 term-frequency saturation (Anserini's BEIR setting)
+    b: float = 0.4  # BM25 length normalisation
+    # step 3 - hybrid retrieve
+    fusion: str = "minmax"
+    w_kw: float = 0.5
+    rrf_k: int = 60
+    top_k: int = 4
+    gate: str = "em"  # which raw leg the grounding gate reads
+    min_kw: float = 0.05  # gate floor on the raw keyword score (gate="kw")
+    min_em: float = 0.30  # gate floor on the raw embedding cosine (gate="em")
+    max_per_source: int = 2  # diversity cap; 0 = off
+    # whether `retrieve` applies gate + cap (the seed's bare retriever does not)
+    safeguards_on_retrieve: bool = True
+
+    def validate(self) -> "Settings":
+        """Raise :class:`ConfigError` on an impossible combination; return self."""
+        for name, allowed in (
+            ("chunker", CHUNKERS),
+            ("keyword", KEYWORDS),
+            ("embedder", EMBEDDERS),
+            ("fusion", FUSIONS),
+            ("gate", GATES),
+        ):
+            value = getattr(self, name)
+            if value not in allowed:
+                raise ConfigError(f"unknown {name} {value!r}; choose one of: {', '.join(allowed)}")
+        if self.size <= 0:
+            raise ConfigError(f"size must be positive, got {self.size}")
+        if not 0 <= self.overlap < self.size:
+            raise ConfigError(f"overlap must be in [0, size), got {self.overlap} with size {self.size}")
+        if self.max_tokens < 16:
+            raise ConfigError(f"max_tokens must be at least 16, got {self.max_tokens}")
+        if not 0.0 <= self.w_kw <= 1.0:
+            raise ConfigError(f"w_kw must be between 0 and 1, got {self.w_kw}")
+        if self.top_k < 1:
+            raise ConfigError(f"top_k must be at least 1, got {self.top_k}")
+        if self.max_per_source < 0:
+            raise ConfigError(f"max_per_source must be >= 0 (0 turns the cap off), got {self.max_per_source}")
+        return self
+
+    def as_dict(self) -> dict[str, Any]:
+        return asdict(self)
+
+
+PRESETS: dict[str, Settings] = {
+    "default": Settings(),
+    "seed": Settings(
+        chunker="chars",
+        keyword="tfidf",
+        embedder="hash",
+        gate="kw",
+        min_kw=0.05,
+        safeguards_on_retrieve=False,
+    ),
+}
+
+
+def preset(name: str) -> Settings:
+    """The named preset; :class:`ConfigError` names the valid ones otherwise."""
+    try:
+        return PRESETS[name]
+    except KeyError:
+        raise ConfigError(f"unknown preset {name!r}; choose one of: {', '.join(PRESETS)}") from None
+
+
+def override(settings: Settings, **changes: Any) -> Settings:
+    """A validated copy with ``changes`` applied; ``None`` values are ignored."""
+    known = {f.name for f in fields(Settings)}
+    unknown = set(changes) - known
+    if unknown:
+        raise ConfigError(f"unknown setting(s): {', '.join(sorted(unknown))}")
+    return replace(settings, **{k: v for k, v in changes.items() if v is not None}).validate()

@@ -1,0 +1,211 @@
+"""Step 5 - generate: an OpenAI-compatible streaming client, and an extractive answerer.
+
+In:  chat messages from step 4 (LLM), or the query + ``Retrieval`` (extractive).
+Out: answer text (streamed as pieces for the LLM).
+
+LLM: ``POST {LLM_BASE_URL}/chat/completions`` with ``stream=true``; the reply is
+Server-Sent Events (``data: {json}`` ... ``data: [DONE]``). We join
+``choices[0].delta.content`` and ignore reasoning deltas and malformed lines. A drop
+before the first token (or a 429/5xx) is retried a bounded number of times; a drop
+mid-stream keeps the partial text and marks it truncated. The API key never
+appears in an error message.
+Extractive: no model at all - the best-supported sentences of the top chunks,
+each cited. This module does not retrieve; it answers from what it is given.
+"""
+
+from __future__ import annotations
+
+import json
+import logging
+import os
+import time
+from collections.abc import Iterator, Mapping, Sequence
+from dataclasses import dataclass, field
+
+import numpy as np
+
+from .augment import citation
+from .chunk import sentence_spans
+from .errors import LLMError
+from .index import bm25_tokens
+from .retrieve import Retrieval
+
+log = logging.getLogger("microrag")
+
+REFUSAL = "I don't have that in the indexed documents."
+
+# ---------------------------------------------------------------- LLM client
+
+
+@dataclass(frozen=True)
+class LLMConfig:
+    """Where and how to call the model. ``repr`` never shows the key."""
+
+    base_url: str
+    api_key: str = field(default="", repr=False)
+    model: str = "default"
+    temperature: float = 0.2
+    max_retries: int = 2  # extra attempts after the first, for drops before any token
+    timeout: float = 60.0
+    backoff: float = 0.5  # seconds, doubled per retry
+
+    @classmethod
+    def from_env(cls, env: Mapping[str, str] | None = None) -> "LLMConfig | None":
+        """From ``LLM_BASE_URL``/``LLM_API_KEY``/``LLM_MODEL``; ``None`` if no URL is set."""
+        env = os.environ if env is None else env
+        url = env.get("LLM_BASE_URL", "").strip()
+        if not url:
+            return None
+        return cls(base_url=url.rstrip("/"), api_key=env.get("LLM_API_KEY", ""), model=env.get("LLM_MODEL", "") or "default")
+
+
+def parse_sse_line(line: str) -> str | None:
+    """Content piece of one SSE line; '' for lines without content; ``None`` at ``[DONE]``."""
+    line = line.strip()
+    if not line.startswith("data:"):
+        return ""  # comments, event:/id: fields, blank keep-alives
+    data = line[5:].strip()
+    if data == "[DONE]":
+        return None
+    try:
+        delta = json.loads(data)["choices"][0].get("delta") or {}
+    except (ValueError, KeyError, IndexError, TypeError, AttributeError):
+        return ""  # malformed line: skip it, keep the stream
+    content = delta.get("content") if isinstance(delta, dict) else None
+    return content if isinstance(content, str) else ""  # reasoning_content etc. ignored
+
+
+class _Dropped(Exception):
+    """The stream ended before ``data: [DONE]``."""
+
+
+class ChatStream:
+    """Iterate to receive content pieces. After iteration: ``truncated``, ``attempts``."""
+
+    def __init__(self, cfg: LLMConfig, messages: Sequence[Mapping[str, str]]) -> None:
+        self.cfg = cfg
+        self.messages = list(messages)
+        self.truncated = False
+        self.attempts = 0
+
+    def _clean(self, text: str) -> str:
+        # Never let the key reach a message, even when a gateway echoes it back.
+        return text.replace(self.cfg.api_key, "***") if self.cfg.api_key else text
+
+    def __iter__(self) -> Iterator[str]:
+        import httpx
+
+        cfg = self.cfg
+        url = f"{cfg.base_url}/chat/completions"
+        headers = {"Accept": "text/event-stream"}
+        if cfg.api_key:
+            headers["Authorization"] = f"Bearer {cfg.api_key}"
+        payload = {"model": cfg.model, "messages": self.messages, "temperature": cfg.temperature, "stream": True}
+        last_problem = ""
+        for attempt in range(cfg.max_retries + 1):
+            self.attempts = attempt + 1
+            got_any = False
+            try:
+                with httpx.stream("POST", url, json=payload, headers=headers, timeout=cfg.timeout) as resp:
+                    if resp.status_code in (401, 403):
+                        raise LLMError(f"the LLM endpoint rejected the API key (HTTP {resp.status_code}); check LLM_API_KEY")
+                    if resp.status_code != 200:
+                        body = self._clean(resp.read().decode("utf-8", "replace")[:200].strip())
+                        last_problem = f"HTTP {resp.status_code}: {body}" if body else f"HTTP {resp.status_code}"
+                        if resp.status_code == 429 or resp.status_code >= 500:
+                            raise _Dropped()
+                        raise LLMError(f"the LLM endpoint answered {last_problem}")
+                    if resp.headers.get("content-type", "").startswith("application/json"):
+                        yield self._whole_json(resp.read())  # a server that ignored stream=true
+                        return
+                    for line in resp.iter_lines():
+                        piece = parse_sse_line(line)
+                        if piece is None:
+                            return
+                        if piece:
+                            got_any = True
+                            yield piece
+                    last_problem = "stream ended before [DONE]"
+                    raise _Dropped()
+            except (httpx.TransportError, _Dropped) as exc:
+                if isinstance(exc, httpx.TransportError):
+                    last_problem = f"{type(exc).__name__}: {self._clean(str(exc))[:120]}"
+                if got_any:
+                    self.truncated = True
+                    log.warning("LLM stream dropped mid-answer (%s); keeping the partial text", last_problem)
+                    return
+                if attempt < cfg.max_retries:
+                    time.sleep(cfg.backoff * (2**attempt))
+        raise LLMError(
+            f"the LLM at {cfg.base_url} gave no answer after {self.attempts} attempt(s) ({last_problem}); "
+            "check LLM_BASE_URL or unset it to use the extractive answerer"
+        )
+
+    def _whole_json(self, body: bytes) -> str:
+        try:
+            return str(json.loads(body)["choices"][0]["message"]["content"] or "")
+        except (ValueError, KeyError, IndexError, TypeError):
+            raise LLMError("the LLM endpoint answered JSON without choices[0].message.content") from None
+
+
+def chat(cfg: LLMConfig, messages: Sequence[Mapping[str, str]]) -> tuple[str, bool]:
+    """The whole reply: (text, truncated)."""
+    stream = ChatStream(cfg, messages)
+    text = "".join(stream)
+    return text, stream.truncated
+
+
+# ---------------------------------------------------------------- extractive answerer
+
+
+def _sentences(text: str) -> list[str]:
+    out = []
+    for s, e in sentence_spans(text):
+        sent = text[s:e].strip()
+        if sent.startswith("#"):
+            continue  # headings carry no answer on their own
+        sent = sent.lstrip("-*+ ").strip()
+        if len(sent) > 3:
+            out.append(sent)
+    return out
+
+
+def extractive_answer(query: str, retrieval: Retrieval, embedder=None, max_sentences: int = 3) -> str:
+    """Pick the best-supported sentences of the retrieved chunks and cite each.
+
+    A sentence scores by query-term coverage (stemmed) blended with its embedding
+    cosine to the query when an embedder is given, plus a little of its chunk's
+    hybrid score, so ties go to better chunks. Sentences with neither a shared
+    term nor a strong cosine are never used.
+    """
+    if retrieval.refused or not retrieval.hits:
+        why = f" ({retrieval.reason})" if retrieval.reason else ""
+        return f"{REFUSAL}{why}"
+    q_terms = set(bm25_tokens(query))
+    cands: list[tuple[str, str, int]] = []  # (sentence, citation, hit rank)
+    for rank, hit in enumerate(retrieval.hits):
+        cands.extend((s, citation(hit), rank) for s in _sentences(hit.chunk.text))
+    if not cands:
+        return REFUSAL
+    lex = np.array([len(q_terms & set(bm25_tokens(s))) / max(len(q_terms), 1) for s, _, _ in cands])
+    if embedder is not None:
+        vecs = embedder.embed([query] + [s for s, _, _ in cands])
+        sem = vecs[1:] @ vecs[0]
+    else:
+        sem = np.zeros(len(cands))
+    hybrid = np.array([retrieval.hits[r].hybrid for _, _, r in cands])
+    score = 0.5 * lex + 0.5 * sem + 0.1 * hybrid
+    usable = (lex > 0) | (sem >= 0.5)
+    order = [i for i in np.lexsort((np.arange(len(cands)), -score)) if usable[i]]
+    picked: list[int] = []
+    seen: set[str] = set()
+    for i in order:
+        if cands[i][0] in seen:
+            continue
+        seen.add(cands[i][0])
+        picked.append(int(i))
+        if len(picked) == max_sentences:
+            break
+    if not picked:
+        return f"{REFUSAL} (the closest passages do not mention the question's terms)"
+    return "\n".join(f"- {cands[i][0]} {cands[i][1]}" for i in picked)
