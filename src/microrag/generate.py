@@ -158,54 +158,66 @@ def chat(cfg: LLMConfig, messages: Sequence[Mapping[str, str]]) -> tuple[str, bo
 # ---------------------------------------------------------------- extractive answerer
 
 
-def _sentences(text: str) -> list[str]:
+def _units(text: str) -> list[tuple[str, bool, bool]]:
+    """(sentence, is_heading, starts_a_line) for each sentence of a chunk, in order."""
     out = []
     for s, e in sentence_spans(text):
         sent = text[s:e].strip()
-        if sent.startswith("#"):
-            continue  # headings carry no answer on their own
-        sent = sent.lstrip("-*+ ").strip()
-        if len(sent) > 3:
-            out.append(sent)
+        line_start = s == 0 or text[s - 1] == "\n"
+        out.append((sent, sent.startswith("#"), line_start))
     return out
 
 
-def extractive_answer(query: str, retrieval: Retrieval, embedder=None, max_sentences: int = 3) -> str:
-    """Pick the best-supported sentences of the retrieved chunks and cite each.
+def extractive_answer(query: str, retrieval: Retrieval, embedder=None, max_passages: int = 2, max_chars: int = 700) -> str:
+    """Quote the best-supported passages of the retrieved chunks, each cited.
 
-    A sentence scores by query-term coverage (stemmed) blended with its embedding
-    cosine to the query when an embedder is given, plus a little of its chunk's
-    hybrid score, so ties go to better chunks. Sentences with neither a shared
-    term nor a strong cosine are never used.
+    Every sentence of the hits is scored by query-term coverage (stemmed) blended
+    with its embedding cosine to the query when an embedder is given, plus a little
+    of its chunk's hybrid score so ties go to better chunks. The best sentence
+    anchors a passage that runs on through its section (until a heading or
+    ``max_chars``), because procedures and lists follow the sentence that names
+    them. A second passage from another chunk is added when it scores nearly as
+    well. Sentences with neither a shared term nor a strong cosine are never used.
     """
     if retrieval.refused or not retrieval.hits:
         why = f" ({retrieval.reason})" if retrieval.reason else ""
         return f"{REFUSAL}{why}"
     q_terms = set(bm25_tokens(query))
-    cands: list[tuple[str, str, int]] = []  # (sentence, citation, hit rank)
-    for rank, hit in enumerate(retrieval.hits):
-        cands.extend((s, citation(hit), rank) for s in _sentences(hit.chunk.text))
+    units = [_units(h.chunk.text) for h in retrieval.hits]
+    cands = [(r, i) for r, us in enumerate(units) for i, (_, head, _) in enumerate(us) if not head]
     if not cands:
         return REFUSAL
-    lex = np.array([len(q_terms & set(bm25_tokens(s))) / max(len(q_terms), 1) for s, _, _ in cands])
+    texts = [units[r][i][0] for r, i in cands]
+    lex = np.array([len(q_terms & set(bm25_tokens(t))) / max(len(q_terms), 1) for t in texts])
+    sem = np.zeros(len(cands))
     if embedder is not None:
-        vecs = embedder.embed([query] + [s for s, _, _ in cands])
+        vecs = embedder.embed([query] + texts)
         sem = vecs[1:] @ vecs[0]
-    else:
-        sem = np.zeros(len(cands))
-    hybrid = np.array([retrieval.hits[r].hybrid for _, _, r in cands])
+    hybrid = np.array([retrieval.hits[r].hybrid for r, _ in cands])
     score = 0.5 * lex + 0.5 * sem + 0.1 * hybrid
     usable = (lex > 0) | (sem >= 0.5)
-    order = [i for i in np.lexsort((np.arange(len(cands)), -score)) if usable[i]]
-    picked: list[int] = []
-    seen: set[str] = set()
-    for i in order:
-        if cands[i][0] in seen:
-            continue
-        seen.add(cands[i][0])
-        picked.append(int(i))
-        if len(picked) == max_sentences:
-            break
-    if not picked:
+    order = [int(j) for j in np.lexsort((np.arange(len(cands)), -score)) if usable[j]]
+    if not order:
         return f"{REFUSAL} (the closest passages do not mention the question's terms)"
-    return "\n".join(f"- {cands[i][0]} {cands[i][1]}" for i in picked)
+    passages: list[str] = []
+    used_hits: set[int] = set()
+    best = score[order[0]]
+    for j in order:
+        r, i = cands[j]
+        if r in used_hits or score[j] < 0.8 * best:
+            continue
+        used_hits.add(r)
+        passages.append(_passage(units[r], i, max_chars) + " " + citation(retrieval.hits[r]))
+        if len(passages) == max_passages:
+            break
+    return "\n\n".join(passages)
+
+
+def _passage(units: list[tuple[str, bool, bool]], i: int, max_chars: int) -> str:
+    """The anchor sentence ``i`` and what follows it in its section, within ``max_chars``."""
+    text = units[i][0]
+    for sent, head, line_start in units[i + 1 :]:
+        if head or len(text) + len(sent) > max_chars:
+            break
+        text += ("\n" if line_start else " ") + sent
+    return text

@@ -1,0 +1,144 @@
+"""Step 1: loaders and both chunkers."""
+
+from __future__ import annotations
+
+import json
+import logging
+
+import pytest
+from hypothesis import given, settings as hsettings, strategies as st
+
+from microrag.chunk import approx_tokens, chunk_chars, chunk_documents, chunk_sentences, load_documents, sentence_spans
+from microrag.errors import CorpusError
+
+
+def make_pdf(text: str) -> bytes:
+    """A minimal one-page PDF with ``text`` in Helvetica, with a correct xref table."""
+    stream = f"BT /F1 12 Tf 72 720 Td ({text}) Tj ET".encode()
+    objs = [
+        b"<< /Type /Catalog /Pages 2 0 R >>",
+        b"<< /Type /Pages /Kids [3 0 R] /Count 1 >>",
+        b"<< /Type /Page /Parent 2 0 R /MediaBox [0 0 612 792] /Contents 4 0 R /Resources << /Font << /F1 5 0 R >> >> >>",
+        b"<< /Length %d >>\nstream\n" % len(stream) + stream + b"\nendstream",
+        b"<< /Type /Font /Subtype /Type1 /BaseFont /Helvetica >>",
+    ]
+    out = bytearray(b"%PDF-1.4\n")
+    offsets = []
+    for i, body in enumerate(objs, 1):
+        offsets.append(len(out))
+        out += b"%d 0 obj\n" % i + body + b"\nendobj\n"
+    xref = len(out)
+    out += b"xref\n0 %d\n0000000000 65535 f \n" % (len(objs) + 1)
+    out += b"".join(b"%010d 00000 n \n" % o for o in offsets)
+    out += b"trailer\n<< /Size %d /Root 1 0 R >>\nstartxref\n%d\n%%%%EOF\n" % (len(objs) + 1, xref)
+    return bytes(out)
+
+
+# ---------------------------------------------------------------- char window
+
+
+def test_chunk_chars_matches_the_seed_rule():
+    text = "  " + "abcdefghij" * 70  # 702 chars, leading blanks
+    chunks = chunk_chars("d.md", text, size=300, overlap=60)
+    expected = [text[i : i + 300].strip() for i in range(0, len(text), 240)]
+    assert [c.text for c in chunks] == [e for e in expected if e]
+    for c in chunks:
+        assert text[c.start : c.end] == c.text
+    assert [c.id for c in chunks] == [f"d.md#{k}" for k in range(len(chunks))]
+
+
+def test_chunk_chars_drops_empty_windows():
+    text = "x" * 10 + " " * 600 + "y"
+    chunks = chunk_chars("d", text, size=300, overlap=60)
+    assert all(c.text for c in chunks)
+    assert [c.index for c in chunks] == list(range(len(chunks)))
+
+
+def test_seed_kb_has_13_char_chunks(seed_kb):
+    assert len(chunk_documents(load_documents([seed_kb]), "chars")) == 13
+
+
+# ---------------------------------------------------------------- sentence chunker
+
+
+def test_sentence_spans_split_sentences_headings_and_items():
+    text = "# Title\nFirst one. Second one!\n\n- item a\n- item b\n\nPara? Yes."
+    parts = [text[s:e] for s, e in sentence_spans(text)]
+    assert parts == ["# Title", "First one.", "Second one!", "- item a", "- item b", "Para?", "Yes."]
+
+
+def test_sentence_chunks_respect_budget_and_spans():
+    text = "\n\n".join(f"## Section {i}\n\n" + " ".join(f"Sentence {i}.{j} says something useful." for j in range(12)) for i in range(6))
+    chunks = chunk_sentences("doc.md", text, max_tokens=64)
+    assert len(chunks) > 3
+    for c in chunks:
+        assert approx_tokens(c.text) <= 64
+        assert text[c.start : c.end] == c.text
+        assert not c.text.startswith(" ")
+    # no sentence is cut in half: every chunk ends at a sentence end or heading
+    assert all(c.text.rstrip().endswith((".", "!", "?")) or c.text.lstrip().startswith("#") for c in chunks)
+
+
+def test_sentence_chunker_cuts_an_overlong_sentence_at_words():
+    text = " ".join(["word"] * 500) + "."
+    chunks = chunk_sentences("d", text, max_tokens=40)
+    assert len(chunks) > 5
+    assert all(approx_tokens(c.text) <= 40 for c in chunks)
+    assert " ".join(c.text for c in chunks) == text
+
+
+@hsettings(max_examples=60, deadline=None)
+@given(st.text(alphabet=st.sampled_from(list("ab .!?\n#-")), max_size=400), st.integers(20, 80))
+def test_sentence_chunks_cover_all_text_in_order(text, budget):
+    chunks = chunk_sentences("d", text, max_tokens=budget)
+    for c in chunks:
+        assert text[c.start : c.end] == c.text
+    assert [c.start for c in chunks] == sorted(c.start for c in chunks)
+    # every non-space character belongs to some chunk
+    covered = set()
+    for c in chunks:
+        covered.update(range(c.start, c.end))
+    assert all(i in covered for i, ch in enumerate(text) if not ch.isspace())
+
+
+# ---------------------------------------------------------------- loaders
+
+
+def test_loaders_read_every_supported_format(tmp_path):
+    (tmp_path / "a.md").write_text("# A\nMarkdown body about zebras.")
+    (tmp_path / "b.txt").write_text("Plain text about yaks.")
+    (tmp_path / "c.html").write_text("<html><head><style>p{}</style><script>var x=1</script></head>"
+                                     "<body><h1>Title</h1><p>Hypertext about okapis.</p></body></html>")
+    (tmp_path / "d.pdf").write_bytes(make_pdf("Portable document about narwhals."))
+    (tmp_path / "sub").mkdir()
+    (tmp_path / "sub" / "e.jsonl").write_text(
+        json.dumps({"id": "x.md#0", "doc": "x.md", "text": "first"}) + "\n"
+        + json.dumps({"id": "x.md#1", "doc": "x.md", "text": "second"}) + "\n")
+    docs = {d.path: d for d in load_documents([tmp_path])}
+    assert set(docs) == {"a.md", "b.txt", "c.html", "d.pdf", "x.md"}
+    assert "zebras" in docs["a.md"].text
+    assert "okapis" in docs["c.html"].text and "var x" not in docs["c.html"].text
+    assert "narwhals" in docs["d.pdf"].text
+    chunks = chunk_documents(docs.values(), "chars")
+    assert [c.id for c in chunks if c.doc == "x.md"] == ["x.md#0", "x.md#1"]
+
+
+def test_bad_files_are_skipped_with_one_warning_each(tmp_path, caplog):
+    (tmp_path / "good.md").write_text("Fine text.")
+    (tmp_path / "latin1.txt").write_bytes("caf\xe9 au lait".encode("latin-1"))
+    (tmp_path / "blob.md").write_bytes(b"\x00\x01\x02binary")
+    (tmp_path / "broken.pdf").write_bytes(b"%PDF-1.4 this is not really a pdf")
+    (tmp_path / "bad.jsonl").write_text("{not json}\n")
+    (tmp_path / "image.png").write_bytes(b"\x89PNG")
+    with caplog.at_level(logging.WARNING, logger="microrag"):
+        docs = load_documents([tmp_path])
+    assert [d.path for d in docs] == ["good.md"]
+    warned = [r.getMessage() for r in caplog.records]
+    for name in ("latin1.txt", "blob.md", "broken.pdf", "bad.jsonl", "image.png"):
+        assert sum(name in m for m in warned) == 1, (name, warned)
+    assert all("\n" not in m for m in warned)
+
+
+def test_missing_corpus_is_a_clear_error(tmp_path):
+    with pytest.raises(CorpusError, match="does not exist"):
+        load_documents([tmp_path / "nope"])

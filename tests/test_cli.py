@@ -1,0 +1,125 @@
+"""The command line as a user meets it, and the default pipeline on the demo handbook."""
+
+from __future__ import annotations
+
+import json
+
+import pytest
+
+from microrag import preset
+from microrag.pipeline import Engine, demo_corpus
+
+from conftest import FIXTURES, needs_models, run_cli
+
+# (question, the one document that answers it) - written with the demo handbook.
+DEMO_QA = [
+    ("How do I reset my password?", "it/password-reset.md"),
+    ("How many vacation days do I get?", "hr/leave-and-holidays.md"),
+    ("What do I do if I lose my laptop?", "it/laptop-and-equipment.md"),
+    ("Who approves production deploys?", "engineering/deployment-process.md"),
+    ("What port does the build server use?", "engineering/service-catalog.md"),
+    ("What does error E-4012 mean?", "engineering/service-catalog.md"),
+    ("What is the hotel limit per night when traveling?", "hr/expenses-and-travel.txt"),
+    ("How do I report a phishing email?", "security/incident-response.md"),
+    ("What UDP port does the VPN use?", "it/vpn-and-remote-access.md"),
+    ("How quickly must I acknowledge a P1 page when on call?", "engineering/on-call-runbook.md"),
+]
+OFF_TOPIC = ["What is the capital of France?", "Recommend a good pasta recipe", "flibberjab wuzzle qxzzy"]
+
+
+def test_demo_corpus_is_bundled():
+    files = [p for p in demo_corpus().rglob("*") if p.is_file()]
+    assert 10 <= len(files) <= 20
+    assert {p.suffix for p in files} >= {".md", ".txt", ".html"}
+
+
+@pytest.fixture(scope="module")
+def demo_engine():
+    return Engine.from_paths([demo_corpus()], preset("default"))
+
+
+@needs_models
+@pytest.mark.parametrize("question,doc", DEMO_QA)
+def test_default_preset_finds_the_answering_document(demo_engine, question, doc):
+    r = demo_engine.retrieve(question)
+    assert not r.refused
+    assert r.hits[0].chunk.doc == doc
+    assert len({h.chunk.doc for h in r.hits}) >= 2 or len(r.hits) < 3  # the cap is on
+
+
+@needs_models
+@pytest.mark.parametrize("question", OFF_TOPIC)
+def test_default_gate_refuses_off_topic(demo_engine, question):
+    assert demo_engine.retrieve(question).refused
+
+
+@needs_models
+@pytest.mark.parametrize("question,doc", DEMO_QA[:4])
+def test_extractive_answer_cites_the_right_document(demo_engine, question, doc):
+    ans = demo_engine.ask(question)
+    assert ans.mode == "extractive"
+    assert f"[source: {doc} · chunk" in ans.text
+
+
+def test_extractive_answer_refuses_plainly():
+    eng = Engine.from_paths([FIXTURES / "seed-kb"], preset("seed"))
+    ans = eng.ask("flibberjab wuzzle qxzzy")
+    assert ans.retrieval.refused and ans.text.startswith("I don't have that")
+
+
+# ---------------------------------------------------------------- CLI
+
+
+@needs_models
+def test_ask_prints_a_cited_answer_offline():
+    proc = run_cli("ask", "how many vacation days do I get?")
+    assert proc.returncode == 0, proc.stderr
+    assert "[source: hr/leave-and-holidays.md · chunk" in proc.stdout
+    assert "extractive" in proc.stderr  # says which answerer it used
+
+
+def test_retrieve_json_fields(seed_kb):
+    proc = run_cli("retrieve", "--preset", "seed", "--corpus", str(seed_kb), "--json", "--top-k", "2", "reset password")
+    assert proc.returncode == 0, proc.stderr
+    hits = json.loads(proc.stdout)
+    assert len(hits) == 2
+    assert set(hits[0]) >= {"id", "doc", "chunk", "hybrid", "kw", "em", "raw_kw", "raw_em", "text"}
+    assert hits[0]["id"] == f"{hits[0]['doc']}#{hits[0]['chunk']}"
+
+
+def test_w_kw_flag_changes_the_blend(seed_kb):
+    proc = run_cli("retrieve", "--preset", "seed", "--corpus", str(seed_kb), "--json", "--w-kw", "1", "reset password")
+    hits = json.loads(proc.stdout)
+    assert all(abs(h["hybrid"] - h["kw"]) < 1e-9 for h in hits)
+
+
+@pytest.mark.parametrize("args,needle", [
+    (["retrieve", "--corpus", "/nonexistent/corpus", "q"], "does not exist"),
+    (["retrieve", "--preset", "seed", "--w-kw", "1.5", "q"], "between 0 and 1"),
+    (["retrieve", "--preset", "seed", "--top-k", "many", "q"], "whole number"),
+    (["retrieve", "--preset", "bogus", "q"], "invalid choice"),
+    (["frobnicate"], "invalid choice"),
+])
+def test_user_mistakes_give_one_line_and_nonzero_exit(args, needle):
+    proc = run_cli(*args)
+    assert proc.returncode != 0
+    assert needle in proc.stderr
+    assert "Traceback" not in proc.stderr
+
+
+def test_empty_corpus_folder_is_a_clear_error(tmp_path):
+    (tmp_path / "notes.bin").write_bytes(b"\x00\x01")
+    proc = run_cli("retrieve", "--preset", "seed", "--corpus", str(tmp_path), "q")
+    assert proc.returncode == 2
+    assert "no readable documents" in proc.stderr and "Traceback" not in proc.stderr
+    assert "skipping notes.bin" in proc.stderr
+
+
+def test_help_explains_the_commands():
+    proc = run_cli("--help")
+    assert proc.returncode == 0
+    for word in ("retrieve", "ask", "rank", "LLM_BASE_URL"):
+        assert word in proc.stdout
+    sub = run_cli("retrieve", "--help")
+    for flag in ("--corpus", "--preset", "--top-k", "--w-kw", "--json"):
+        assert flag in sub.stdout
