@@ -393,11 +393,6 @@ def test_other_client_errors_are_not_retried(llm_server, code):
     assert len(llm_server.requests) == 1
 
 
-@pytest.mark.xfail(
-    strict=True,
-    reason="BUG: generate.py truncates the error body to 200 chars BEFORE masking the key "
-    "(self._clean(body[:200])), so a key that straddles the cut is not masked and its prefix leaks",
-)
 def test_key_straddling_the_200_char_body_cut_is_not_leaked(llm_server):
     body = "x" * 185 + KEY + " trailing"  # the cut at 200 keeps 'sk-test-SECRET-' and drops '123'
     llm_server.script(*[status(500, body, ctype="text/plain") for _ in range(3)])
@@ -406,12 +401,6 @@ def test_key_straddling_the_200_char_body_cut_is_not_leaked(llm_server):
     _assert_no_key(str(info.value))
 
 
-@pytest.mark.xfail(
-    strict=True,
-    reason="BUG: the HTTP error body is put into the message verbatim (only .strip()ped), so a "
-    "multi-line body (an HTML error page, pretty-printed JSON) makes a multi-line error, against "
-    "the 'one line microrag: error: ...' contract in cli.py",
-)
 def test_multiline_error_body_still_gives_a_one_line_message(llm_server):
     body = "<html>\n<head><title>502 Bad Gateway</title></head>\n<body>nginx</body>\n</html>\n"
     llm_server.script(*[status(502, body, ctype="text/html") for _ in range(3)])

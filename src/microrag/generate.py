@@ -110,7 +110,8 @@ class ChatStream:
                     if resp.status_code in (401, 403):
                         raise LLMError(f"the LLM endpoint rejected the API key (HTTP {resp.status_code}); check LLM_API_KEY")
                     if resp.status_code != 200:
-                        body = self._clean(resp.read().decode("utf-8", "replace")[:200].strip())
+                        # Mask first, then cut: a cut key would escape the mask. One line only.
+                        body = " ".join(self._clean(resp.read().decode("utf-8", "replace")).split())[:200]
                         last_problem = f"HTTP {resp.status_code}: {body}" if body else f"HTTP {resp.status_code}"
                         if resp.status_code == 429 or resp.status_code >= 500:
                             raise _Dropped()
