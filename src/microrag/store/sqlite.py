@@ -1,0 +1,116 @@
+"""SQLite store: one file, written in transactions, read as WAL snapshots.
+
+WAL mode lets readers keep their snapshot while an ingest writes; each ``apply``
+is a single ``BEGIN IMMEDIATE`` transaction, so a crash (even SIGKILL) leaves the
+file at the last committed ingest. Vectors are float32 BLOBs. This module does
+not score or search: it stores.
+"""
+
+from __future__ import annotations
+
+import sqlite3
+from pathlib import Path
+
+import numpy as np
+
+from ..chunk import Chunk
+from ..errors import MicroRAGError
+from .base import FORMAT_VERSION, DocRecord, DocUpdate, Snapshot, Store, check_snapshot
+
+SCHEMA = """
+CREATE TABLE IF NOT EXISTS meta (key TEXT PRIMARY KEY, value TEXT NOT NULL);
+CREATE TABLE IF NOT EXISTS documents (
+  doc TEXT PRIMARY KEY, content_hash TEXT NOT NULL, label TEXT NOT NULL,
+  principal TEXT NOT NULL, origin TEXT NOT NULL, ingested_at TEXT NOT NULL, n_chunks INTEGER NOT NULL);
+CREATE TABLE IF NOT EXISTS chunks (
+  id TEXT PRIMARY KEY, doc TEXT NOT NULL REFERENCES documents(doc) ON DELETE CASCADE,
+  idx INTEGER NOT NULL, start INTEGER NOT NULL, "end" INTEGER NOT NULL, text TEXT NOT NULL,
+  text_hash TEXT NOT NULL, vector BLOB NOT NULL, UNIQUE (doc, idx));
+CREATE INDEX IF NOT EXISTS chunks_doc ON chunks(doc);
+"""
+
+
+class SQLiteStore(Store):
+    """The embedded default: ``<dir>/index.sqlite``."""
+
+    def __init__(self, path: str | Path, create: bool = True) -> None:
+        path = Path(path)
+        self.file = path / "index.sqlite" if path.suffix != ".sqlite" else path
+        if not self.file.exists() and not create:
+            raise MicroRAGError(f"no index at {self.file.parent}; build one with: microrag ingest PATH --index {self.file.parent}")
+        self.file.parent.mkdir(parents=True, exist_ok=True)
+        try:
+            self.db = sqlite3.connect(self.file, timeout=30, isolation_level=None, check_same_thread=False)
+            self.db.execute("PRAGMA journal_mode=WAL")
+            self.db.execute("PRAGMA synchronous=FULL")  # a commit survives power loss, not just a crash
+            self.db.execute("PRAGMA foreign_keys=ON")
+            self.db.executescript(SCHEMA)
+            version = self.meta().get("format_version")
+        except sqlite3.DatabaseError as exc:
+            raise MicroRAGError(f"{self.file} is not a microRAG index ({exc})") from None
+        if version and int(version) != FORMAT_VERSION:
+            raise MicroRAGError(f"{self.file} has index format {version}; this microrag reads {FORMAT_VERSION}: re-ingest")
+
+    # ------------------------------------------------------------ reads
+
+    def meta(self) -> dict[str, str]:
+        return dict(self.db.execute("SELECT key, value FROM meta").fetchall())
+
+    def documents(self) -> dict[str, DocRecord]:
+        rows = self.db.execute(
+            "SELECT doc, content_hash, label, principal, origin, ingested_at, n_chunks FROM documents ORDER BY doc")
+        return {r[0]: DocRecord(*r) for r in rows}
+
+    def generation(self) -> int:
+        row = self.db.execute("SELECT value FROM meta WHERE key='generation'").fetchone()
+        return int(row[0]) if row else 0
+
+    def snapshot(self) -> Snapshot:
+        self.db.execute("BEGIN")  # one read transaction = one consistent WAL snapshot
+        try:
+            meta = self.meta()
+            docs = self.documents()
+            rows = self.db.execute(
+                'SELECT c.id, c.doc, c.idx, c.start, c."end", c.text, c.vector, d.label '
+                "FROM chunks c JOIN documents d ON d.doc = c.doc ORDER BY c.doc, c.idx").fetchall()
+        finally:
+            self.db.execute("COMMIT")
+        chunks = [Chunk(r[0], r[1], r[2], r[3], r[4], r[5]) for r in rows]
+        dim = int(meta.get("dim", 0) or 0)
+        vectors = (np.vstack([np.frombuffer(r[6], dtype=np.float32) for r in rows]) if rows
+                   else np.zeros((0, dim), dtype=np.float32))
+        return Snapshot(int(meta.get("generation", 0)), meta, docs, chunks, vectors, [r[7] for r in rows])
+
+    # ------------------------------------------------------------ writes
+
+    def apply(self, updates: list[DocUpdate], deletes: list[str], meta: dict[str, str]) -> int:
+        db = self.db
+        db.execute("BEGIN IMMEDIATE")
+        try:
+            gen = self.generation() + 1
+            for doc in deletes:
+                db.execute("DELETE FROM documents WHERE doc = ?", (doc,))
+            for u in updates:
+                r = u.record
+                db.execute("DELETE FROM documents WHERE doc = ?", (r.doc,))  # cascades to its chunks
+                db.execute("INSERT INTO documents VALUES (?,?,?,?,?,?,?)",
+                           (r.doc, r.content_hash, r.label, r.principal, r.origin, r.ingested_at, len(u.chunks)))
+                db.executemany(
+                    'INSERT INTO chunks (id, doc, idx, start, "end", text, text_hash, vector) VALUES (?,?,?,?,?,?,?,?)',
+                    [(c.id, c.doc, c.index, c.start, c.end, c.text, h, np.asarray(v, dtype=np.float32).tobytes())
+                     for c, h, v in zip(u.chunks, u.text_hashes, u.vectors)])
+            for k, v in {**meta, "format_version": str(FORMAT_VERSION), "generation": str(gen)}.items():
+                db.execute("INSERT OR REPLACE INTO meta VALUES (?, ?)", (k, str(v)))
+            db.execute("COMMIT")
+        except BaseException:
+            db.execute("ROLLBACK")
+            raise
+        return gen
+
+    def check(self) -> list[str]:
+        problems = [f"sqlite: {row[0]}" for row in self.db.execute("PRAGMA integrity_check") if row[0] != "ok"]
+        problems += [f"sqlite: foreign key violation in {row[0]}" for row in self.db.execute("PRAGMA foreign_key_check")]
+        return problems + check_snapshot(self.snapshot())
+
+    def close(self) -> None:
+        self.db.close()

@@ -1,0 +1,289 @@
+"""The persistent index: backends, incremental ingest, labels, integrity, crash safety."""
+
+from __future__ import annotations
+
+import os
+import random
+import signal
+import subprocess
+import sys
+import threading
+from pathlib import Path
+
+import numpy as np
+import pytest
+from hypothesis import HealthCheck, given, settings as hsettings, strategies as st
+
+from microrag import override, preset
+from microrag.errors import ConfigError, CorpusError
+from microrag.ingest import delete_documents, ingest_paths
+from microrag.pipeline import Engine
+from microrag.store import open_store
+
+from conftest import ROOT, run_cli
+
+SEED = preset("seed")
+BACKENDS = ["sqlite"]
+if os.environ.get("MICRORAG_TEST_PG"):
+    BACKENDS.append("postgres")
+
+
+@pytest.fixture(params=BACKENDS)
+def store(request, tmp_path):
+    if request.param == "sqlite":
+        s = open_store(tmp_path / "ix")
+    else:
+        from microrag.store.postgres import PostgresStore
+
+        s = PostgresStore(os.environ["MICRORAG_TEST_PG"], schema=f"t_{os.getpid()}_{random.randrange(10**9)}")
+    yield s
+    if request.param == "postgres":
+        s.drop()
+    s.close()
+
+
+def write(folder: Path, files: dict[str, str]) -> Path:
+    folder.mkdir(parents=True, exist_ok=True)
+    for name, text in files.items():
+        (folder / name).parent.mkdir(parents=True, exist_ok=True)
+        (folder / name).write_text(text)
+    return folder
+
+
+CORPUS = {
+    "password.md": "Password reset policy. Use the portal to reset your password. " * 8,
+    "vpn.md": "VPN access uses GlobalProtect. Connect before internal services. " * 8,
+    "db.md": "---\nlabel: restricted\n---\nThe production database hostname is db-prod. " * 1 + "Backups nightly. " * 30,
+}
+
+
+def test_ingest_twice_reports_zero_changes(store, tmp_path):
+    corpus = write(tmp_path / "docs", CORPUS)
+    first = ingest_paths(store, [corpus], SEED)
+    assert sorted(first.added) == sorted(CORPUS) and first.chunks_written > 3
+    second = ingest_paths(store, [corpus], SEED)
+    assert second.changes == 0 and sorted(second.unchanged) == sorted(CORPUS)
+    assert second.generation == first.generation  # nothing written, nothing bumped
+    assert store.check() == []
+
+
+def test_change_prune_and_delete(store, tmp_path):
+    corpus = write(tmp_path / "docs", CORPUS)
+    ingest_paths(store, [corpus], SEED)
+    (corpus / "vpn.md").write_text("VPN now uses WireGuard on UDP port 51820.")
+    (corpus / "password.md").unlink()
+    r = ingest_paths(store, [corpus], SEED)
+    assert r.changed == ["vpn.md"] and r.removed == []  # no --prune: the vanished file stays
+    r = ingest_paths(store, [corpus], SEED, prune=True)
+    assert r.removed == ["password.md"] and not r.changed
+    assert set(store.documents()) == {"vpn.md", "db.md"}
+    delete_documents(store, ["vpn.md"])
+    assert set(store.documents()) == {"db.md"}
+    with pytest.raises(CorpusError, match="no such document"):
+        delete_documents(store, ["nope.md"])
+    assert store.check() == []
+
+
+def test_metadata_labels_and_provenance(store, tmp_path):
+    corpus = write(tmp_path / "docs", CORPUS)
+    ingest_paths(store, [corpus], SEED, principal="operator:alice")
+    docs = store.documents()
+    assert docs["db.md"].label == "restricted" and docs["vpn.md"].label == "public"
+    assert docs["vpn.md"].principal == "operator:alice" and docs["vpn.md"].ingested_at
+    assert docs["vpn.md"].origin.endswith("vpn.md")
+    snap = store.snapshot()
+    c = next(c for c in snap.chunks if c.doc == "db.md")
+    assert "label:" not in c.text  # front-matter is metadata, not content
+    # a flag relabels; relabelling alone counts as a change
+    r = ingest_paths(store, [corpus / "vpn.md"], SEED, label="internal")
+    assert r.changed == ["vpn.md"] and store.documents()["vpn.md"].label == "internal"
+
+
+def test_filtered_retrieval_happens_before_top_k(store, tmp_path):
+    files = {f"pub{i}.md": f"Shared topic kiwi fruit note {i}. " * 3 + "kiwi " * i for i in range(5)}
+    files.update({f"sec{i}.md": f"---\nlabel: restricted\n---\nKiwi fruit kiwi fruit secret {i}. " * 3 for i in range(5)})
+    ingest_paths(store, [write(tmp_path / "docs", files)], SEED)
+    eng = Engine.from_store(store, override(SEED, top_k=4, max_per_source=1))
+    everything = eng.retrieve("kiwi fruit", safeguards=True)
+    assert any(h.chunk.doc.startswith("sec") for h in everything.hits)
+    public = eng.retrieve("kiwi fruit", safeguards=True, labels=["public"])
+    assert len(public.hits) == 4  # still top_k hits: filtered before ranking, not after
+    assert all(h.chunk.doc.startswith("pub") for h in public.hits)
+    # Normalisation saw only allowed chunks: the best allowed hit is exactly 1.0 on its leg.
+    assert max(h.kw for h in public.hits) == 1.0
+    assert eng.retrieve("kiwi fruit", safeguards=True, labels=[]).refused
+
+
+def test_index_refuses_incompatible_settings(store, tmp_path):
+    ingest_paths(store, [write(tmp_path / "docs", CORPUS)], SEED)
+    with pytest.raises(ConfigError, match="built with"):
+        ingest_paths(store, [tmp_path / "docs"], override(SEED, size=500, overlap=50))
+    with pytest.raises(ConfigError, match="built with"):
+        Engine.from_store(store, override(SEED, embedder="minilm", chunker="sentences"))
+
+
+def test_stored_engine_equals_in_memory_engine(store, tmp_path):
+    corpus = write(tmp_path / "docs", CORPUS)
+    ingest_paths(store, [corpus], SEED)
+    stored = Engine.from_store(store, SEED)
+    fresh = Engine.from_paths([corpus], SEED)
+    for q in ("reset password", "database hostname", "vpn"):
+        a, b = stored.retrieve(q), fresh.retrieve(q)
+        assert [h.chunk.id for h in a.hits] == [h.chunk.id for h in b.hits]
+        # vectors are stored as float32: equal to ~1e-7, not bit for bit
+        assert np.allclose([h.hybrid for h in a.hits], [h.hybrid for h in b.hits], atol=1e-6)
+
+
+# ---------------------------------------------------------------- property test
+
+NAMES = ["a.md", "b.md", "sub/c.md", "d.txt"]
+TEXTS = ["alpha beta gamma. " * 20, "delta epsilon. " * 50, "zeta eta theta iota.", "kappa " * 200, ""]
+ops = st.lists(st.one_of(
+    st.tuples(st.just("write"), st.sampled_from(NAMES), st.sampled_from(TEXTS)),
+    st.tuples(st.just("remove"), st.sampled_from(NAMES), st.just("")),
+    st.tuples(st.just("ingest"), st.just(""), st.just("")),
+), min_size=1, max_size=12)
+
+
+def _state(store):
+    snap = store.snapshot()
+    return ({d: (r.content_hash, r.label, r.n_chunks) for d, r in snap.documents.items()},
+            [(c.id, c.start, c.end, c.text) for c in snap.chunks], snap.vectors)
+
+
+@hsettings(max_examples=25, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture])
+@given(ops)
+def test_incremental_ingest_equals_a_fresh_build(tmp_path_factory, ops):
+    base = tmp_path_factory.mktemp("prop")
+    corpus = base / "docs"
+    corpus.mkdir()
+    store = open_store(base / "ix")
+    (corpus / "keep.md").write_text("anchor document so the corpus is never empty.")
+    for op, name, text in ops + [("ingest", "", "")]:
+        if op == "write":
+            (corpus / name).parent.mkdir(parents=True, exist_ok=True)
+            (corpus / name).write_text(text)
+        elif op == "remove" and (corpus / name).exists():
+            (corpus / name).unlink()
+        elif op == "ingest":
+            ingest_paths(store, [corpus], SEED, prune=True)
+            assert store.check() == []
+    fresh = open_store(base / "fresh")
+    ingest_paths(fresh, [corpus], SEED)
+    (d1, c1, v1), (d2, c2, v2) = _state(store), _state(fresh)
+    assert d1 == d2
+    assert c1 == c2  # same ids, spans and texts: no duplicates, no orphans
+    assert np.allclose(v1, v2)
+    store.close()
+    fresh.close()
+
+
+# ---------------------------------------------------------------- crash safety
+
+def _corpus_versions(tmp_path):
+    a = {f"doc{i:02d}.md": f"Version A of document {i}. " * (20 + i) for i in range(30)}
+    b = {f"doc{i:02d}.md": f"Version B of document {i} is different. " * (10 + i) for i in range(5, 40)}
+    return a, b
+
+
+def _hashes(store):
+    return {d: r.content_hash for d, r in store.documents().items()}
+
+
+def _ingest_cmd(index, corpus):
+    return [sys.executable, "-m", "microrag.cli", "ingest", "-q", "--preset", "seed", "--prune",
+            "--index", str(index), str(corpus)]
+
+
+def _swap(corpus: Path, files: dict[str, str]) -> None:
+    for p in corpus.glob("*.md"):
+        p.unlink()
+    write(corpus, files)
+
+
+def test_sigkill_during_ingest_never_corrupts(tmp_path):
+    a, b = _corpus_versions(tmp_path)
+    corpus, index = tmp_path / "docs", tmp_path / "ix"
+    states = {}
+    for name, files in (("B", b), ("A", a)):  # learn the exact committed states
+        _swap(corpus, files)
+        subprocess.run(_ingest_cmd(index, corpus), check=True, cwd=ROOT)
+        states[name] = _hashes(open_store(index))
+    rng = random.Random(1234)
+    current = "A"
+    kills = 0
+    for i in range(14):
+        target = "B" if current == "A" else "A"
+        _swap(corpus, b if target == "B" else a)
+        proc = subprocess.Popen(_ingest_cmd(index, corpus), cwd=ROOT)
+        try:
+            proc.wait(timeout=rng.uniform(0.05, 1.6))
+        except subprocess.TimeoutExpired:
+            proc.send_signal(signal.SIGKILL)
+            proc.wait()
+            kills += 1
+        check = run_cli("check", "--index", str(index))
+        assert check.returncode == 0, check.stdout + check.stderr
+        got = _hashes(open_store(index))
+        assert got in (states["A"], states["B"]), f"round {i}: a mixed state"
+        current = "A" if got == states["A"] else "B"
+    assert kills >= 3  # the test really killed ingests mid-flight
+
+
+def test_readers_see_old_or_new_never_a_mix(tmp_path):
+    a, b = _corpus_versions(tmp_path)
+    corpus, index = tmp_path / "docs", tmp_path / "ix"
+    states = {}
+    for name, files in (("B", b), ("A", a)):
+        _swap(corpus, files)
+        subprocess.run(_ingest_cmd(index, corpus), check=True, cwd=ROOT)
+        states[name] = _hashes(open_store(index))
+    stop = threading.Event()
+    seen: list[str] = []
+    bad: list[str] = []
+
+    def reader():
+        store = open_store(index)
+        while not stop.is_set():
+            snap = store.snapshot()
+            h = {d: r.content_hash for d, r in snap.documents.items()}
+            chunk_docs = {c.doc for c in snap.chunks}
+            if h == states["A"]:
+                seen.append("A")
+            elif h == states["B"]:
+                seen.append("B")
+            else:
+                bad.append("mixed documents")
+            if chunk_docs != set(h):
+                bad.append("chunks of another state")
+        store.close()
+
+    t = threading.Thread(target=reader)
+    t.start()
+    try:
+        for files in (b, a, b, a):
+            _swap(corpus, files)
+            subprocess.run(_ingest_cmd(index, corpus), check=True, cwd=ROOT)
+    finally:
+        stop.set()
+        t.join()
+    assert not bad
+    assert {"A", "B"} <= set(seen)
+
+
+def test_cli_ingest_check_delete_roundtrip(tmp_path):
+    corpus = write(tmp_path / "docs", CORPUS)
+    ix = str(tmp_path / "ix")
+    first = run_cli("ingest", "--preset", "seed", "--index", ix, str(corpus))
+    assert first.returncode == 0 and "3 added" in first.stdout, first.stderr
+    again = run_cli("ingest", "--index", ix, str(corpus))  # preset inferred from the index
+    assert again.returncode == 0 and "0 added, 0 changed, 3 unchanged" in again.stdout, again.stderr
+    rank = run_cli("rank", "--index", ix, stdin="reset password\nflibberjab\n")
+    assert rank.stdout.splitlines()[0].startswith("OK: password.md#") and rank.stdout.splitlines()[1] == "REFUSE"
+    pub = run_cli("retrieve", "--index", ix, "--labels", "public", "--json", "database hostname")
+    assert "db.md" not in pub.stdout
+    gone = run_cli("delete", "--index", ix, "db.md")
+    assert gone.returncode == 0
+    assert run_cli("check", "--index", ix).stdout.startswith("OK: 2 documents")
+    missing = run_cli("retrieve", "--index", str(tmp_path / "nothing"), "q")
+    assert missing.returncode != 0 and "microrag ingest" in missing.stderr and "Traceback" not in missing.stderr
