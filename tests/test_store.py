@@ -28,6 +28,27 @@ if os.environ.get("MICRORAG_TEST_PG"):
     BACKENDS.append("postgres")
 
 
+def new_location(backend: str, tmp: Path, name: str = "ix") -> str:
+    """A fresh index location: a folder, or a Postgres URI with a schema of its own."""
+    if backend == "sqlite":
+        return str(tmp / name)
+    return f"{os.environ['MICRORAG_TEST_PG']}?schema={name}_{os.getpid()}_{random.randrange(10**9)}"
+
+
+def drop(location: str) -> None:
+    if location.startswith("postgresql://"):
+        s = open_store(location)
+        s.drop()
+        s.close()
+
+
+@pytest.fixture(params=BACKENDS)
+def location(request, tmp_path):
+    loc = new_location(request.param, tmp_path)
+    yield loc
+    drop(loc)
+
+
 @pytest.fixture(params=BACKENDS)
 def store(request, tmp_path):
     if request.param == "sqlite":
@@ -151,13 +172,23 @@ def _state(store):
             [(c.id, c.start, c.end, c.text) for c in snap.chunks], snap.vectors)
 
 
+@pytest.mark.parametrize("backend", BACKENDS)
 @hsettings(max_examples=25, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture])
-@given(ops)
-def test_incremental_ingest_equals_a_fresh_build(tmp_path_factory, ops):
+@given(ops=ops)
+def test_incremental_ingest_equals_a_fresh_build(tmp_path_factory, backend, ops):
     base = tmp_path_factory.mktemp("prop")
     corpus = base / "docs"
     corpus.mkdir()
-    store = open_store(base / "ix")
+    locs = [new_location(backend, base, "ix"), new_location(backend, base, "fresh")]
+    try:
+        _property_run(corpus, *locs, ops)
+    finally:
+        for loc in locs:
+            drop(loc)
+
+
+def _property_run(corpus, loc, fresh_loc, ops):
+    store = open_store(loc)
     (corpus / "keep.md").write_text("anchor document so the corpus is never empty.")
     for op, name, text in ops + [("ingest", "", "")]:
         if op == "write":
@@ -168,7 +199,7 @@ def test_incremental_ingest_equals_a_fresh_build(tmp_path_factory, ops):
         elif op == "ingest":
             ingest_paths(store, [corpus], SEED, prune=True)
             assert store.check() == []
-    fresh = open_store(base / "fresh")
+    fresh = open_store(fresh_loc)
     ingest_paths(fresh, [corpus], SEED)
     (d1, c1, v1), (d2, c2, v2) = _state(store), _state(fresh)
     assert d1 == d2
@@ -187,7 +218,14 @@ def _corpus_versions(tmp_path):
 
 
 def _hashes(store):
-    return {d: r.content_hash for d, r in store.documents().items()}
+    try:
+        return {d: r.content_hash for d, r in store.documents().items()}
+    finally:
+        store.close()
+
+
+def _open(index):
+    return open_store(index)
 
 
 def _ingest_cmd(index, corpus):
@@ -201,14 +239,14 @@ def _swap(corpus: Path, files: dict[str, str]) -> None:
     write(corpus, files)
 
 
-def test_sigkill_during_ingest_never_corrupts(tmp_path):
+def test_sigkill_during_ingest_never_corrupts(tmp_path, location):
     a, b = _corpus_versions(tmp_path)
-    corpus, index = tmp_path / "docs", tmp_path / "ix"
+    corpus, index = tmp_path / "docs", location
     states = {}
     for name, files in (("B", b), ("A", a)):  # learn the exact committed states
         _swap(corpus, files)
         subprocess.run(_ingest_cmd(index, corpus), check=True, cwd=ROOT)
-        states[name] = _hashes(open_store(index))
+        states[name] = _hashes(_open(index))
     rng = random.Random(1234)
     current = "A"
     kills = 0
@@ -224,20 +262,20 @@ def test_sigkill_during_ingest_never_corrupts(tmp_path):
             kills += 1
         check = run_cli("check", "--index", str(index))
         assert check.returncode == 0, check.stdout + check.stderr
-        got = _hashes(open_store(index))
+        got = _hashes(_open(index))
         assert got in (states["A"], states["B"]), f"round {i}: a mixed state"
         current = "A" if got == states["A"] else "B"
     assert kills >= 3  # the test really killed ingests mid-flight
 
 
-def test_readers_see_old_or_new_never_a_mix(tmp_path):
+def test_readers_see_old_or_new_never_a_mix(tmp_path, location):
     a, b = _corpus_versions(tmp_path)
-    corpus, index = tmp_path / "docs", tmp_path / "ix"
+    corpus, index = tmp_path / "docs", location
     states = {}
     for name, files in (("B", b), ("A", a)):
         _swap(corpus, files)
         subprocess.run(_ingest_cmd(index, corpus), check=True, cwd=ROOT)
-        states[name] = _hashes(open_store(index))
+        states[name] = _hashes(_open(index))
     stop = threading.Event()
     seen: list[str] = []
     bad: list[str] = []
@@ -271,9 +309,9 @@ def test_readers_see_old_or_new_never_a_mix(tmp_path):
     assert {"A", "B"} <= set(seen)
 
 
-def test_cli_ingest_check_delete_roundtrip(tmp_path):
+def test_cli_ingest_check_delete_roundtrip(tmp_path, location):
     corpus = write(tmp_path / "docs", CORPUS)
-    ix = str(tmp_path / "ix")
+    ix = location
     first = run_cli("ingest", "--preset", "seed", "--index", ix, str(corpus))
     assert first.returncode == 0 and "3 added" in first.stdout, first.stderr
     again = run_cli("ingest", "--index", ix, str(corpus))  # preset inferred from the index
@@ -287,3 +325,64 @@ def test_cli_ingest_check_delete_roundtrip(tmp_path):
     assert run_cli("check", "--index", ix).stdout.startswith("OK: 2 documents")
     missing = run_cli("retrieve", "--index", str(tmp_path / "nothing"), "q")
     assert missing.returncode != 0 and "microrag ingest" in missing.stderr and "Traceback" not in missing.stderr
+
+
+# ---------------------------------------------------------------- server-side search (Postgres)
+
+needs_pg = pytest.mark.skipif("postgres" not in BACKENDS, reason="set MICRORAG_TEST_PG (make test starts a server)")
+
+
+def _pg_store():
+    from microrag.store.postgres import PostgresStore
+
+    return PostgresStore(os.environ["MICRORAG_TEST_PG"], schema=f"s_{os.getpid()}_{random.randrange(10**9)}")
+
+
+@needs_pg
+def test_postgres_bm25_equals_bm25s_and_cosine_equals_dot(tmp_path):
+    """Parity with the reference: BM25 as sparse inner product == bm25s' Lucene BM25."""
+    files = {f"d{i}.md": " ".join(random.Random(i).choices(
+        ["alpha", "beta", "gamma", "delta", "reset", "password", "vpn", "port", "5432", "kiwi"], k=20 + 7 * i))
+        for i in range(12)}
+    store = _pg_store()
+    try:
+        ingest_paths(store, [write(tmp_path / "docs", files)], SEED)
+        local = Engine.from_store(store, SEED, remote=False)
+        from microrag.index import BM25Scorer
+
+        texts = [c.text for c in local.index.chunks]
+        ref = BM25Scorer(0.9, 0.4).fit(texts)
+        for q in ("reset password", "vpn port 5432", "kiwi alpha beta", "nothing-matches"):
+            qvec = local.index.embedder.embed([q])[0]
+            found = {c.id: (kw, em) for c, kw, em in store.search(q, qvec, None, n=100)}
+            want_kw = ref.scores(q)
+            want_em = local.index.vectors @ qvec
+            for i, c in enumerate(local.index.chunks):
+                if c.id in found:
+                    assert found[c.id][0] == pytest.approx(want_kw[i], rel=1e-4, abs=1e-6)
+                    assert found[c.id][1] == pytest.approx(want_em[i], abs=1e-5)
+                else:
+                    assert want_kw[i] == 0  # only non-matching chunks may be missing
+    finally:
+        store.drop()
+        store.close()
+
+
+@needs_pg
+def test_postgres_remote_engine_filters_in_the_database(tmp_path):
+    files = {f"pub{i}.md": f"kiwi fruit note {i}. " + "kiwi " * i for i in range(6)}
+    files.update({f"sec{i}.md": "---\nlabel: restricted\n---\n" + "kiwi fruit secret. " * 4 for i in range(6)})
+    store = _pg_store()
+    try:
+        ingest_paths(store, [write(tmp_path / "docs", files)], override(SEED, keyword="bm25"))
+        eng = Engine.from_store(store, override(SEED, keyword="bm25", top_k=4, max_per_source=1))
+        assert eng.store is not None and eng.n_chunks == 12
+        hits = eng.retrieve("kiwi fruit", safeguards=True, labels=["public"]).hits
+        assert len(hits) == 4 and all(h.chunk.doc.startswith("pub") for h in hits)
+        local = Engine.from_store(store, override(SEED, keyword="bm25", top_k=4, max_per_source=1), remote=False)
+        want = local.retrieve("kiwi fruit", safeguards=True, labels=["public"]).hits
+        assert [h.chunk.id for h in hits] == [h.chunk.id for h in want]
+        assert eng.retrieve("kiwi fruit", safeguards=True, labels=[]).refused
+    finally:
+        store.drop()
+        store.close()

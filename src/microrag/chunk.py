@@ -163,7 +163,11 @@ def load_documents(paths: Iterable[str | Path]) -> list[Document]:
             except Exception as exc:  # a broken PDF can raise anything from its parser
                 log.warning("skipping %s: cannot parse (%s)", rel, type(exc).__name__)
                 continue
-            docs.extend(d for d in loaded if d.text.strip() or d.prechunked)
+            for d in loaded:
+                if d.text.strip() or d.prechunked:
+                    docs.append(d)
+                else:
+                    log.warning("skipping %s: no text in it", d.path)
     return docs
 
 

@@ -145,7 +145,7 @@ def _preset_for(meta: dict[str, str]) -> str:
 def _describe(engine: Engine, where: str) -> str:
     s = engine.settings
     chunking = f"chars {s.size}/{s.overlap}" if s.chunker == "chars" else f"sentences <= {s.max_tokens} tokens"
-    return (f"{len(engine.index.chunks)} chunks from {len(engine.documents)} documents in {where} "
+    return (f"{engine.n_chunks} chunks from {len(engine.documents)} documents in {where} "
             f"({chunking}; {s.keyword}; {s.embedder} dim {engine.index.dim}; {s.fusion} w_kw {s.w_kw})")
 
 
@@ -160,7 +160,10 @@ def _engine(args: argparse.Namespace) -> Engine:
         try:
             name = args.preset or _preset_for(store.meta())
             engine = Engine.from_store(store, _settings(args, name))
-        finally:
+        except BaseException:
+            store.close()
+            raise
+        if engine.store is None:  # everything is loaded; a remote engine keeps its connection
             store.close()
         where = f"index {loc}"
     else:

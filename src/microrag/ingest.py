@@ -145,11 +145,17 @@ def ingest_paths(
     origins = {d.path: _origin(paths, d.path) for d in docs}
     missing: list[str] = []
     if prune:
-        # A stored document is gone when it came from one of these roots and its file no longer exists.
+        # Gone = came from one of these roots but is not among what loads now
+        # (deleted, emptied, or no longer readable - the loader warned about those).
+        loaded = {d.path for d in docs}
         for rec in store.documents().values():
-            if rec.origin and any(rec.origin.startswith(r) for r in roots) and not Path(rec.origin).exists():
+            if rec.origin and any(_under(rec.origin, r) for r in roots) and rec.doc not in loaded:
                 missing.append(rec.doc)
     return ingest_documents(store, docs, settings, label, principal, origins, missing)
+
+
+def _under(path: str, root: str) -> bool:
+    return path == root or path.startswith(root.rstrip("/") + "/")
 
 
 def _origin(paths: list[Path], doc: str) -> str:

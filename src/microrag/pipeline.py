@@ -17,10 +17,10 @@ import numpy as np
 from .augment import build_messages
 from .chunk import Document, chunk_documents, load_documents
 from .config import Settings
-from .errors import CorpusError
+from .errors import ConfigError, CorpusError
 from .generate import ChatStream, LLMConfig, extractive_answer
 from .index import Index, build_index, make_embedder, make_keyword
-from .retrieve import Retrieval, retrieve
+from .retrieve import Retrieval, rank_candidates, retrieve
 
 
 def demo_corpus() -> Path:
@@ -48,19 +48,41 @@ class Engine:
         documents: list[Document] | None = None,
         labels: list[str] | None = None,
         generation: int = 0,
+        store=None,
     ) -> None:
         self.settings = settings
         self.index = index
         self.documents = documents or []
+        # With a store that searches by itself (Postgres), retrieval runs there: this
+        # process holds no chunks, so any number of stateless replicas can serve.
+        self.store = store
         # Per-chunk sensitivity label; in-memory corpora are all public.
         self.labels = np.array(labels if labels is not None else ["public"] * len(index.chunks), dtype=object)
         self.generation = generation
 
     @classmethod
-    def from_store(cls, store, settings: Settings) -> "Engine":
-        """Load a persistent index: stored chunks and vectors, the keyword leg rebuilt from them."""
+    def from_store(cls, store, settings: Settings, remote: bool | None = None) -> "Engine":
+        """Open a persistent index.
+
+        ``remote`` (default: whenever the store can search, i.e. Postgres) queries the
+        database's BM25 and HNSW first passes per request; otherwise the stored chunks
+        and vectors are loaded and the keyword leg is rebuilt from them in memory.
+        """
         from .ingest import check_compatible
 
+        if remote is None:  # the database ranks with BM25 only; the seed's TF-IDF runs here
+            remote = hasattr(store, "search") and settings.keyword == "bm25"
+        if remote and (settings.keyword != "bm25" or not hasattr(store, "search")):
+            raise ConfigError("database-side retrieval needs a Postgres store and keyword='bm25'")
+        if remote:
+            check_compatible(store.meta(), settings)
+            docs = store.documents()
+            if not docs:
+                raise CorpusError("the index is empty; add documents with: microrag ingest PATH")
+            embedder = make_embedder(settings.embedder)
+            index = Index([], None, embedder, np.zeros((0, embedder.dim), dtype=np.float32))
+            return cls(settings, index, [Document(d, "") for d in docs], labels=[], generation=store.generation(),
+                       store=store)
         snap = store.snapshot()
         check_compatible(snap.meta, settings)
         if not snap.chunks:
@@ -104,7 +126,21 @@ class Engine:
         """
         if safeguards is None:
             safeguards = self.settings.safeguards_on_retrieve
+        if self.store is not None:
+            qvec = self.index.embedder.embed([query])[0]
+            found = self.store.search(query, qvec, None if labels is None else list(labels), n=self.first_pass)
+            return rank_candidates(query, [c for c, _, _ in found], np.array([k for _, k, _ in found]),
+                                   np.array([e for _, _, e in found]), self.settings, safeguards)
         return retrieve(self.index, query, self.settings, safeguards=safeguards, allowed=self.mask(labels))
+
+    first_pass = 100  # per-leg candidates fetched from a database backend
+
+    @property
+    def n_chunks(self) -> int:
+        """Chunks behind this engine (counted in the store when retrieval is remote)."""
+        if self.store is not None:
+            return sum(d.n_chunks for d in self.store.documents().values())
+        return len(self.index.chunks)
 
     def rank(self, query: str, labels: Iterable[str] | None = None) -> Retrieval:
         """The ranking protocol: always with the gate and the diversity cap."""

@@ -138,8 +138,25 @@ def retrieve(
     cand = np.arange(len(index.chunks)) if allowed is None else np.flatnonzero(allowed)
     if cand.size == 0:
         return Retrieval(query, [], refused=safeguards, reason="no chunks are visible to this caller" if safeguards else "")
-    raw_kw = index.kw_scores(query)[cand]
-    raw_em = index.em_scores(query)[cand]
+    chunks = [index.chunks[i] for i in cand]
+    return rank_candidates(query, chunks, index.kw_scores(query)[cand], index.em_scores(query)[cand], settings, safeguards)
+
+
+def rank_candidates(
+    query: str,
+    chunks: list[Chunk],
+    raw_kw: np.ndarray,
+    raw_em: np.ndarray,
+    settings: Settings,
+    safeguards: bool = True,
+) -> Retrieval:
+    """Fuse, gate, cap and cut candidates whose raw leg scores are already known.
+
+    The candidates are every visible chunk (embedded index) or the union of each
+    leg's first-pass top-N (a database backend); normalisation is over them.
+    """
+    if not chunks:
+        return Retrieval(query, [], refused=safeguards, reason="nothing matched the query" if safeguards else "")
     kw_n, em_n = minmax(raw_kw), minmax(raw_em)
     if settings.fusion == "rrf":
         hybrid = fuse_rrf(raw_kw, raw_em, settings.w_kw, settings.rrf_k)
@@ -150,15 +167,10 @@ def retrieve(
         reason = grounding_gate(best_kw, best_em, settings.gate, settings.min_kw, settings.min_em)
         if reason:
             return Retrieval(query, [], refused=True, reason=reason, best_raw_kw=best_kw, best_raw_em=best_em)
-    # Deterministic ties: higher score first, then corpus order.
-    order = np.lexsort((cand, -hybrid)).tolist()
-    docs = [index.chunks[i].doc for i in cand]
+    # Deterministic ties: higher score first, then candidate (corpus) order.
+    order = np.lexsort((np.arange(len(chunks)), -hybrid)).tolist()
     cap = settings.max_per_source if safeguards else 0
-    kept, skipped = diversity_cap(order, docs, settings.top_k, cap)
-    hits = [
-        Hit(index.chunks[cand[j]], float(hybrid[j]), float(kw_n[j]), float(em_n[j]), float(raw_kw[j]), float(raw_em[j]))
-        for j in kept
-    ]
-    # Only ids that would otherwise have made the top-K count as "capped".
-    capped = [index.chunks[cand[j]].id for j in skipped]
-    return Retrieval(query, hits, best_raw_kw=best_kw, best_raw_em=best_em, capped=capped)
+    kept, skipped = diversity_cap(order, [c.doc for c in chunks], settings.top_k, cap)
+    hits = [Hit(chunks[j], float(hybrid[j]), float(kw_n[j]), float(em_n[j]), float(raw_kw[j]), float(raw_em[j]))
+            for j in kept]
+    return Retrieval(query, hits, best_raw_kw=best_kw, best_raw_em=best_em, capped=[chunks[j].id for j in skipped])

@@ -26,10 +26,22 @@ def open_store(location: str | Path | None = None, create: bool = True) -> Store
     if loc.startswith(("postgresql://", "postgres://")):
         from .postgres import PostgresStore
 
-        return PostgresStore(loc)
+        uri, schema = split_schema(loc)
+        return PostgresStore(uri, schema=schema)
     from .sqlite import SQLiteStore
 
     return SQLiteStore(Path(loc), create=create)
+
+
+def split_schema(uri: str) -> tuple[str, str]:
+    """``postgresql://...?schema=name`` -> (uri without it, name); default schema ``microrag``."""
+    from urllib.parse import parse_qsl, urlencode, urlsplit, urlunsplit
+
+    parts = urlsplit(uri)
+    query = parse_qsl(parts.query)
+    schema = next((v for k, v in query if k == "schema"), None) or os.environ.get("MICRORAG_PG_SCHEMA", "microrag")
+    rest = urlencode([(k, v) for k, v in query if k != "schema"])
+    return urlunsplit(parts._replace(query=rest)), schema
 
 
 def store_exists(location: str | Path | None = None) -> bool:

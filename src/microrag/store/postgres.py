@@ -1,0 +1,257 @@
+"""PostgreSQL + pgvector store: the scale-out backend behind the same interface.
+
+Everything the SQLite store keeps, in one schema, written in one transaction per
+ingest (so replicas and readers see old or new, never a mix). On top of that the
+server can search by itself, so stateless replicas need not hold the corpus:
+  * dense: ``embedding vector(dim)`` with an HNSW index (cosine), filtered by
+    label with pgvector's iterative index scan so a filter never starves top-K;
+  * keyword: BM25 kept as BM25 - each chunk stores its Lucene BM25 term weights
+    ``tf / (tf + k1 (1 - b + b dl/avgdl))`` as a ``sparsevec`` over hashed term
+    ids, the query side carries IDF from a per-term document-frequency table, and
+    the inner product of the two is the BM25 score. A GIN index over the chunk's
+    terms finds the chunks that share a term before any scoring.
+Weights use the average chunk length at write time; when it drifts by more than
+``REWEIGHT_DRIFT`` every chunk is re-weighted inside the same transaction.
+This module needs the ``postgres`` extra (psycopg).
+"""
+
+from __future__ import annotations
+
+import math
+import re
+import zlib
+from collections import Counter
+
+import numpy as np
+
+from ..chunk import Chunk
+from ..errors import MicroRAGError
+from ..index import bm25_tokens
+from .base import FORMAT_VERSION, DocRecord, DocUpdate, Snapshot, Store, check_snapshot
+
+TERM_SPACE = 999_999_937  # hashed term ids (pgvector caps sparsevec at 1e9 dims); collisions at 1e6 terms ~0.1%
+REWEIGHT_DRIFT = 0.10
+
+
+def term_id(term: str) -> int:
+    """Stable 1-based id of a term in the sparse space (sparsevec indices start at 1)."""
+    return zlib.crc32(term.encode("utf-8")) % TERM_SPACE + 1
+
+
+def sparse_literal(weights: dict[int, float]) -> str:
+    """pgvector's text form: ``{id:w,...}/dims``."""
+    body = ",".join(f"{i}:{w:.6g}" for i, w in sorted(weights.items()) if w)
+    return f"{{{body}}}/{TERM_SPACE}"
+
+
+def vector_literal(v: np.ndarray) -> str:
+    return "[" + ",".join(f"{x:.7g}" for x in v) + "]"
+
+
+def bm25_doc_weights(tf: dict[int, int], dl: int, avgdl: float, k1: float, b: float) -> dict[int, float]:
+    """Lucene BM25 document-side term weights (the query side supplies IDF)."""
+    norm = k1 * (1 - b + b * dl / max(avgdl, 1e-9))
+    return {t: f / (f + norm) for t, f in tf.items()}
+
+
+def bm25_idf(df: int, n: int) -> float:
+    """Lucene's IDF: ln(1 + (N - df + 0.5) / (df + 0.5))."""
+    return math.log(1 + (n - df + 0.5) / (df + 0.5))
+
+
+class PostgresStore(Store):
+    """A store in schema ``schema`` of the database at ``uri``."""
+
+    def __init__(self, uri: str, schema: str = "microrag", k1: float = 0.9, b: float = 0.4) -> None:
+        try:
+            import psycopg
+        except ImportError:
+            raise MicroRAGError("the postgres store needs its extra: pip install 'microrag[postgres]'") from None
+        if not re.fullmatch(r"[a-z_][a-z0-9_]{0,62}", schema):
+            raise MicroRAGError(f"invalid schema name {schema!r}: use lower-case letters, digits and _")
+        self.schema, self.k1, self.b = schema, k1, b
+        try:
+            self.conn = psycopg.connect(uri, autocommit=True)
+        except psycopg.OperationalError as exc:
+            first = str(exc).strip().splitlines()[0] if str(exc).strip() else type(exc).__name__
+            raise MicroRAGError(f"cannot connect to PostgreSQL: {first}") from None
+        self._x("CREATE EXTENSION IF NOT EXISTS vector")
+        self._x(f"CREATE SCHEMA IF NOT EXISTS {schema}")
+        self._x(f"SET search_path TO {schema}, public")
+        self._x("CREATE TABLE IF NOT EXISTS meta (key TEXT PRIMARY KEY, value TEXT NOT NULL)")
+        self._x("""CREATE TABLE IF NOT EXISTS documents (
+            doc TEXT PRIMARY KEY, content_hash TEXT NOT NULL, label TEXT NOT NULL, principal TEXT NOT NULL,
+            origin TEXT NOT NULL, ingested_at TEXT NOT NULL, n_chunks INTEGER NOT NULL)""")
+        self._x("CREATE TABLE IF NOT EXISTS term_df (term BIGINT PRIMARY KEY, df INTEGER NOT NULL)")
+        dim = self.meta().get("dim")
+        if dim:
+            self._create_chunks(int(dim))
+        version = self.meta().get("format_version")
+        if version and int(version) != FORMAT_VERSION:
+            raise MicroRAGError(f"schema {schema} has index format {version}; this microrag reads {FORMAT_VERSION}")
+
+    def _x(self, sql: str, params=None):
+        return self.conn.execute(sql, params)
+
+    def _create_chunks(self, dim: int) -> None:
+        self._x(f"""CREATE TABLE IF NOT EXISTS chunks (
+            id TEXT PRIMARY KEY, doc TEXT NOT NULL REFERENCES documents(doc) ON DELETE CASCADE,
+            idx INTEGER NOT NULL, start INTEGER NOT NULL, "end" INTEGER NOT NULL, text TEXT NOT NULL,
+            text_hash TEXT NOT NULL, label TEXT NOT NULL, embedding vector({dim}) NOT NULL,
+            terms BIGINT[] NOT NULL, tfs INTEGER[] NOT NULL, dl INTEGER NOT NULL, bm25 sparsevec NOT NULL,
+            UNIQUE (doc, idx))""")
+        self._x("CREATE INDEX IF NOT EXISTS chunks_hnsw ON chunks USING hnsw (embedding vector_cosine_ops) "
+                "WITH (m = 16, ef_construction = 100)")
+        self._x("CREATE INDEX IF NOT EXISTS chunks_terms ON chunks USING gin (terms)")
+        self._x("CREATE INDEX IF NOT EXISTS chunks_label ON chunks (label)")
+
+    def drop(self) -> None:
+        """Delete the whole schema (tests, or starting over)."""
+        self._x(f"DROP SCHEMA IF EXISTS {self.schema} CASCADE")
+
+    # ------------------------------------------------------------ reads
+
+    def meta(self) -> dict[str, str]:
+        return dict(self._x("SELECT key, value FROM meta").fetchall())
+
+    def documents(self) -> dict[str, DocRecord]:
+        rows = self._x("SELECT doc, content_hash, label, principal, origin, ingested_at, n_chunks FROM documents ORDER BY doc")
+        return {r[0]: DocRecord(*r) for r in rows.fetchall()}
+
+    def generation(self) -> int:
+        row = self._x("SELECT value FROM meta WHERE key = 'generation'").fetchone()
+        return int(row[0]) if row else 0
+
+    def snapshot(self) -> Snapshot:
+        # REPEATABLE READ: every statement below sees the same committed state.
+        with self.conn.transaction():
+            self._x("SET TRANSACTION ISOLATION LEVEL REPEATABLE READ")
+            meta = self.meta()
+            docs = self.documents()
+            rows = []
+            if meta.get("dim"):
+                rows = self._x('SELECT id, doc, idx, start, "end", text, embedding::text, label FROM chunks '
+                               "ORDER BY doc, idx").fetchall()
+        chunks = [Chunk(r[0], r[1], r[2], r[3], r[4], r[5]) for r in rows]
+        dim = int(meta.get("dim", 0) or 0)
+        vectors = (np.array([np.fromstring(r[6][1:-1], sep=",", dtype=np.float32) for r in rows], dtype=np.float32)
+                   if rows else np.zeros((0, dim), dtype=np.float32))
+        return Snapshot(int(meta.get("generation", 0)), meta, docs, chunks, vectors, [r[7] for r in rows])
+
+    # ------------------------------------------------------------ writes
+
+    def apply(self, updates: list[DocUpdate], deletes: list[str], meta: dict[str, str]) -> int:
+        dim = int(meta.get("dim") or self.meta().get("dim") or 0)
+        if dim:
+            self._create_chunks(dim)
+        with self.conn.transaction():
+            # One writer at a time; readers keep going on their snapshots.
+            self._x("LOCK TABLE meta IN EXCLUSIVE MODE")
+            gen = self.generation() + 1
+            for doc in [*deletes, *(u.record.doc for u in updates)]:
+                self._forget_terms(doc)
+                self._x("DELETE FROM documents WHERE doc = %s", (doc,))
+            stats = self._stats()
+            n_new = sum(len(u.chunks) for u in updates)
+            total_dl = stats["total_dl"]
+            prepared = []
+            for u in updates:
+                for c in u.chunks:
+                    tf = Counter(term_id(t) for t in bm25_tokens(c.text))
+                    prepared.append((u, c, tf, sum(tf.values())))
+                    total_dl += sum(tf.values())
+            n = stats["n"] + n_new
+            avgdl = total_dl / n if n else 1.0
+            # New rows use the avgdl the stored rows were weighted with, so all scores agree.
+            weighted_with = float(self.meta().get("avgdl") or 0) or avgdl
+            with self.conn.cursor() as cur:
+                for u in updates:
+                    r = u.record
+                    cur.execute("INSERT INTO documents VALUES (%s,%s,%s,%s,%s,%s,%s)",
+                                (r.doc, r.content_hash, r.label, r.principal, r.origin, r.ingested_at, len(u.chunks)))
+                hashes = [h for u in updates for h in u.text_hashes]
+                vectors = [v for u in updates for v in u.vectors]
+                rows = [(c.id, c.doc, c.index, c.start, c.end, c.text, h, u.record.label, vector_literal(v),
+                         list(tf), list(tf.values()), dl,
+                         sparse_literal(bm25_doc_weights(tf, dl, weighted_with, self.k1, self.b)))
+                        for (u, c, tf, dl), h, v in zip(prepared, hashes, vectors)]
+                cur.executemany('INSERT INTO chunks (id, doc, idx, start, "end", text, text_hash, label, embedding, '
+                                "terms, tfs, dl, bm25) VALUES (%s,%s,%s,%s,%s,%s,%s,%s,%s::vector,%s,%s,%s,%s::sparsevec)",
+                                rows)
+                df = Counter(t for _, _, tf, _ in prepared for t in tf)
+                cur.executemany("INSERT INTO term_df VALUES (%s, %s) ON CONFLICT (term) DO UPDATE "
+                                "SET df = term_df.df + EXCLUDED.df", list(df.items()))
+            if n and abs(avgdl - weighted_with) / weighted_with > REWEIGHT_DRIFT:
+                self._reweight(avgdl)
+                weighted_with = avgdl
+            values = {**meta, "format_version": str(FORMAT_VERSION), "generation": str(gen), "avgdl": repr(weighted_with)}
+            for k, v in values.items():
+                self._x("INSERT INTO meta VALUES (%s, %s) ON CONFLICT (key) DO UPDATE SET value = EXCLUDED.value",
+                        (k, str(v)))
+        return gen
+
+    def _stats(self) -> dict[str, float]:
+        if not self.meta().get("dim"):
+            return {"n": 0, "total_dl": 0}
+        n, total = self._x("SELECT count(*), coalesce(sum(dl), 0) FROM chunks").fetchone()
+        return {"n": int(n), "total_dl": int(total)}
+
+    def _forget_terms(self, doc: str) -> None:
+        if not self.meta().get("dim"):
+            return
+        self._x("""UPDATE term_df t SET df = t.df - x.n FROM (
+                     SELECT term, count(*) AS n FROM chunks, unnest(terms) AS term WHERE doc = %s GROUP BY term) x
+                   WHERE t.term = x.term""", (doc,))
+        self._x("DELETE FROM term_df WHERE df <= 0")
+
+    def _reweight(self, avgdl: float) -> None:
+        rows = self._x("SELECT id, terms, tfs, dl FROM chunks").fetchall()
+        with self.conn.cursor() as cur:
+            cur.executemany("UPDATE chunks SET bm25 = %s::sparsevec WHERE id = %s", [
+                (sparse_literal(bm25_doc_weights(dict(zip(t, f)), dl, avgdl, self.k1, self.b)), cid)
+                for cid, t, f, dl in rows])
+
+    # ------------------------------------------------------------ server-side search
+
+    def search(self, query: str, qvec: np.ndarray, labels: list[str] | None, n: int = 100,
+               ef_search: int = 100) -> list[tuple[Chunk, float, float]]:
+        """Candidates for ``query``: the union of the BM25 and the HNSW top-``n``
+        (only chunks whose label is in ``labels``), each with BOTH raw leg scores.
+
+        Returns ``[(chunk, raw bm25, raw cosine)]`` in corpus order.
+        """
+        terms = sorted({term_id(t) for t in bm25_tokens(query)})
+        label_sql, label_args = ("AND label = ANY(%s)", [labels]) if labels is not None else ("", [])
+        with self.conn.transaction():
+            self._x(f"SET LOCAL hnsw.ef_search = {int(ef_search)}")
+            self._x("SET LOCAL hnsw.iterative_scan = relaxed_order")
+            n_chunks = self._stats()["n"]
+            dfs = dict(self._x("SELECT term, df FROM term_df WHERE term = ANY(%s::bigint[])", (terms,)).fetchall()) if terms else {}
+            q_sparse = sparse_literal({t: bm25_idf(dfs[t], n_chunks) for t in terms if t in dfs})
+            qv = vector_literal(qvec)
+            ids = [r[0] for r in self._x(
+                f"SELECT id FROM chunks WHERE embedding IS NOT NULL {label_sql} ORDER BY embedding <=> %s::vector LIMIT %s",
+                (*label_args, qv, n)).fetchall()]
+            if dfs:
+                ids += [r[0] for r in self._x(
+                    f"SELECT id FROM chunks WHERE terms && %s::bigint[] {label_sql} ORDER BY bm25 <#> %s::sparsevec, id LIMIT %s",
+                    (list(dfs), *label_args, q_sparse, n)).fetchall()]
+            rows = self._x('SELECT id, doc, idx, start, "end", text, -(bm25 <#> %s::sparsevec), '
+                           "1 - (embedding <=> %s::vector) FROM chunks WHERE id = ANY(%s) ORDER BY doc, idx",
+                           (q_sparse, qv, list(dict.fromkeys(ids)))).fetchall()
+        return [(Chunk(*r[:6]), float(r[6] or 0.0), float(r[7])) for r in rows]
+
+    def check(self) -> list[str]:
+        problems = check_snapshot(self.snapshot())
+        if self.meta().get("dim"):
+            bad = self._x("""SELECT count(*) FROM (SELECT term, count(*) AS n FROM chunks, unnest(terms) term GROUP BY term) x
+                             FULL JOIN term_df t USING (term) WHERE x.n IS DISTINCT FROM t.df""").fetchone()[0]
+            if bad:
+                problems.append(f"{bad} keyword document frequencies disagree with the chunks")
+            drift = self._x("SELECT count(*) FROM chunks c JOIN documents d USING (doc) WHERE c.label <> d.label").fetchone()[0]
+            if drift:
+                problems.append(f"{drift} chunks carry a label that differs from their document's")
+        return problems
+
+    def close(self) -> None:
+        self.conn.close()
