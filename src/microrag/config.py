@@ -44,6 +44,8 @@ class Settings:
     min_kw: float = 0.05  # gate floor on the raw keyword score (gate="kw")
     min_em: float = 0.30  # gate floor on the raw embedding cosine (gate="em")
     max_per_source: int = 2  # diversity cap; 0 = off
+    ann_threshold: int = 50_000  # at this many chunks, use a faiss HNSW first pass (if installed)
+    first_pass: int = 100  # per-leg candidates for ANN / database first passes
     # whether `retrieve` applies gate + cap (the seed's bare retriever does not)
     safeguards_on_retrieve: bool = True
 

@@ -262,11 +262,12 @@ def make_embedder(name: str) -> HashEmbedder | MiniLMEmbedder:
 class Index:
     """Chunks with both legs fitted: ``keyword.scores(q)`` and unit ``vectors`` (n, dim)."""
 
-    def __init__(self, chunks: Sequence, keyword, embedder, vectors: np.ndarray) -> None:
+    def __init__(self, chunks: Sequence, keyword, embedder, vectors: np.ndarray, ann=None) -> None:
         self.chunks = list(chunks)
         self.keyword = keyword
         self.embedder = embedder
         self.vectors = vectors
+        self.ann = ann  # an ann.HNSW for large indexes; None = score every vector exactly
 
     @property
     def dim(self) -> int:
@@ -275,11 +276,13 @@ class Index:
     def kw_scores(self, query: str) -> np.ndarray:
         return self.keyword.scores(query)
 
+    def query_vector(self, query: str) -> np.ndarray:
+        return self.embedder.embed([query])[0]
+
     def em_scores(self, query: str) -> np.ndarray:
         if not self.chunks:
             return np.zeros(0)
-        q = self.embedder.embed([query])[0]
-        return self.vectors @ q
+        return self.vectors @ self.query_vector(query)
 
 
 def build_index(chunks: Sequence, keyword: str = "bm25", embedder: str = "minilm", k1: float = 0.9, b: float = 0.4, progress: bool = False) -> Index:

@@ -10,6 +10,7 @@ from __future__ import annotations
 from collections.abc import Callable, Iterable, Iterator
 from dataclasses import dataclass
 from importlib.resources import files
+import logging
 from pathlib import Path
 
 import numpy as np
@@ -21,6 +22,9 @@ from .errors import ConfigError, CorpusError
 from .generate import ChatStream, LLMConfig, extractive_answer
 from .index import Index, build_index, make_embedder, make_keyword
 from .retrieve import Retrieval, rank_candidates, retrieve
+
+
+log = logging.getLogger("microrag")
 
 
 def demo_corpus() -> Path:
@@ -89,7 +93,8 @@ class Engine:
             raise CorpusError("the index is empty; add documents with: microrag ingest PATH")
         embedder = make_embedder(settings.embedder)
         keyword = make_keyword(settings.keyword, settings.k1, settings.b).fit([c.text for c in snap.chunks])
-        index = Index(snap.chunks, keyword, embedder, snap.vectors)
+        cache = getattr(store, "cache_path", lambda name: None)(f"hnsw-{snap.generation}.faiss")
+        index = Index(snap.chunks, keyword, embedder, snap.vectors, ann=_maybe_ann(snap.vectors, settings, cache))
         docs = [Document(d, "") for d in snap.documents]
         return cls(settings, index, docs, labels=snap.labels, generation=snap.generation)
 
@@ -108,6 +113,7 @@ class Engine:
             docs, settings.chunker, settings.size, settings.overlap, settings.max_tokens, embedder.count_tokens
         )
         index = build_index(chunks, settings.keyword, settings.embedder, settings.k1, settings.b, progress=progress)
+        index.ann = _maybe_ann(index.vectors, settings)
         return cls(settings, index, docs)
 
     @classmethod
@@ -169,6 +175,19 @@ class Engine:
         for piece in _tee(stream, on_piece):
             pieces.append(piece)
         return Answer("".join(pieces), "llm", retrieval, truncated=stream.truncated)
+
+
+def _maybe_ann(vectors: np.ndarray, settings: Settings, cache: Path | None = None):
+    """An HNSW first pass when the index is large enough and faiss is installed."""
+    from .ann import HNSW, faiss_available
+
+    if len(vectors) < settings.ann_threshold:
+        return None
+    if not faiss_available():
+        log.warning("%d chunks but faiss is not installed: scoring every vector exactly "
+                    "(pip install 'microrag[ann]' for an HNSW first pass)", len(vectors))
+        return None
+    return HNSW(vectors, cache=cache)
 
 
 def _tee(stream: Iterable[str], on_piece: Callable[[str], None] | None) -> Iterator[str]:

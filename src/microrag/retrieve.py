@@ -21,6 +21,7 @@ import numpy as np
 
 from .chunk import Chunk
 from .config import Settings
+from .ann import top_n
 from .index import Index
 
 
@@ -138,6 +139,16 @@ def retrieve(
     cand = np.arange(len(index.chunks)) if allowed is None else np.flatnonzero(allowed)
     if cand.size == 0:
         return Retrieval(query, [], refused=safeguards, reason="no chunks are visible to this caller" if safeguards else "")
+    if index.ann is not None:
+        # Large index: union of each leg's first pass, then exact scores for those only.
+        q = index.query_vector(query)
+        kw_all = index.kw_scores(query)
+        first = np.union1d(top_n(kw_all, settings.first_pass, allowed), index.ann.top(q, settings.first_pass, allowed))
+        first = first.astype(np.int64)
+        if allowed is not None:
+            first = first[allowed[first]]  # belt and braces: the selector already filtered
+        return rank_candidates(query, [index.chunks[i] for i in first], kw_all[first], index.vectors[first] @ q,
+                               settings, safeguards)
     chunks = [index.chunks[i] for i in cand]
     return rank_candidates(query, chunks, index.kw_scores(query)[cand], index.em_scores(query)[cand], settings, safeguards)
 

@@ -51,6 +51,13 @@ class SQLiteStore(Store):
         if version and int(version) != FORMAT_VERSION:
             raise MicroRAGError(f"{self.file} has index format {version}; this microrag reads {FORMAT_VERSION}: re-ingest")
 
+    def cache_path(self, name: str) -> Path:
+        """Where derived structures (e.g. an HNSW graph) are cached; older generations are removed."""
+        for old in self.file.parent.glob(f"{name.split('-')[0]}-*{Path(name).suffix}"):
+            if old.name != name:
+                old.unlink(missing_ok=True)
+        return self.file.parent / name
+
     # ------------------------------------------------------------ reads
 
     def meta(self) -> dict[str, str]:
