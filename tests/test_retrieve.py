@@ -8,7 +8,8 @@ import pytest
 from microrag import override, preset
 from microrag.chunk import Chunk
 from microrag.index import build_index
-from microrag.retrieve import diversity_cap, fuse_minmax, fuse_rrf, grounding_gate, minmax, ranks, retrieve
+from microrag.retrieve import (GateSignals, diversity_cap, dynamic_w_kw, exact_token_in, fuse_minmax, fuse_rrf,
+                               grounding_gate, looks_exact, minmax, ranks, retrieve)
 
 
 def test_minmax_all_equal_is_zero():
@@ -32,11 +33,32 @@ def test_rrf_weights_and_zero_keyword_scores():
 
 
 def test_gate_reads_raw_scores():
-    assert grounding_gate(0.04, 0.9, "kw", 0.05, 0.3)
-    assert not grounding_gate(0.06, 0.0, "kw", 0.05, 0.3)
-    assert grounding_gate(9.0, 0.29, "em", 0.05, 0.3)
-    assert not grounding_gate(0.0, 0.31, "em", 0.05, 0.3)
-    assert not grounding_gate(0.0, 0.0, "none", 0.05, 0.3)
+    s = override(preset("default"), min_kw=0.05, min_em=0.3, min_kwcov=0.5)
+    kw, em, either, none = (override(s, gate=g) for g in ("kw", "em", "either", "none"))
+    assert grounding_gate(GateSignals(0.04, 0.9), kw)
+    assert not grounding_gate(GateSignals(0.06, 0.0), kw)
+    assert grounding_gate(GateSignals(9.0, 0.29), em)
+    assert not grounding_gate(GateSignals(0.0, 0.31), em)
+    assert not grounding_gate(GateSignals(0.0, 0.0), none)
+    # either: refuse only when both legs are weak and nothing exact matched
+    assert grounding_gate(GateSignals(1.0, 0.29, kwcov=0.49), either)
+    assert not grounding_gate(GateSignals(1.0, 0.31, kwcov=0.1), either)
+    assert not grounding_gate(GateSignals(1.0, 0.1, kwcov=0.51), either)
+    assert not grounding_gate(GateSignals(1.0, 0.1, kwcov=0.1, exact="E-4012"), either)
+
+
+def test_exact_tokens_found_verbatim():
+    texts = ["| E-4012 | Fleet API | heartbeat timeout |", "plain text"]
+    assert exact_token_in("What does error E-4012 mean?", texts) == "E-4012"
+    assert exact_token_in("what does error E-9999 mean?", texts) == ""
+    assert exact_token_in("heartbeat timeout", texts) == ""  # plain words are not identifiers
+    assert looks_exact("db-prod.bw.internal") and looks_exact("v2.3.1") and not looks_exact("well-known")
+
+
+def test_dynamic_w_kw_leans_on_keywords_for_identifiers():
+    assert dynamic_w_kw("what does E-4012 mean", 0.4) == pytest.approx(0.6)
+    assert dynamic_w_kw("how many vacation days", 0.4) == 0.4
+    assert dynamic_w_kw("E-4012", 0.95) == 1.0
 
 
 def test_diversity_cap():

@@ -354,7 +354,9 @@ def test_postgres_bm25_equals_bm25s_and_cosine_equals_dot(tmp_path):
         ref = BM25Scorer(0.9, 0.4).fit(texts)
         for q in ("reset password", "vpn port 5432", "kiwi alpha beta", "nothing-matches"):
             qvec = local.index.embedder.embed([q])[0]
-            found = {c.id: (kw, em) for c, kw, em in store.search(q, qvec, None, n=100)}
+            rows, ceiling = store.search(q, qvec, None, n=100)
+            found = {c.id: (kw, em) for c, kw, em in rows}
+            assert ceiling == pytest.approx(ref.ceiling(q), rel=1e-6)
             want_kw = ref.scores(q)
             want_em = local.index.vectors @ qvec
             for i, c in enumerate(local.index.chunks):

@@ -108,6 +108,14 @@ def build_parser() -> argparse.ArgumentParser:
     ing.add_argument("paths", nargs="+", metavar="PATH", help="folders or files to ingest")
     ing.add_argument("--label", help="sensitivity label for these documents (default: front-matter 'label:', else public)")
     ing.add_argument("--prune", action="store_true", help="remove indexed documents whose files are gone")
+    ev = sub.add_parser("eval", parents=[common], help="measure retrieval on a BEIR dataset or HotpotQA-100")
+    ev.add_argument("--dataset", required=True, metavar="DIR", help="BEIR folder (corpus.jsonl[.gz], queries.jsonl, qrels/) "
+                    "or the hotpotqa-100 folder")
+    ev.add_argument("--split", default="test", help="qrels split (default: %(default)s)")
+    ev.add_argument("--dynamic", action="store_true", help="configured row uses dynamic w_kw (exact-looking tokens)")
+    ev.add_argument("--cache", metavar="FILE", help="document-vector cache (.npz; default ~/.cache/microrag/)")
+    ev.add_argument("--out", metavar="FILE", help="also save the results as JSON")
+    ev.add_argument("--no-ablation", action="store_true", help="only the configured setting")
     d = sub.add_parser("delete", parents=[common], help="remove documents from the index by doc path")
     d.add_argument("docs", nargs="+", metavar="DOC", help="doc path as shown by 'microrag documents'")
     sub.add_parser("check", parents=[common], help="verify the index's integrity (exit 1 on a problem)")
@@ -313,7 +321,36 @@ def cmd_documents(args: argparse.Namespace) -> int:
     return 0
 
 
-COMMANDS = {"retrieve": cmd_retrieve, "ask": cmd_ask, "rank": cmd_rank, "ingest": cmd_ingest,
+def cmd_eval(args: argparse.Namespace) -> int:
+    from pathlib import Path
+
+    from .evaluate import METRICS, evaluate, load_dataset
+
+    ds = load_dataset(args.dataset, args.split)
+    settings = _settings(args, args.preset or "default")
+    if args.dynamic:
+        settings = override(settings, dynamic_w_kw=True)
+    cache = Path(args.cache) if args.cache else Path.home() / ".cache" / "microrag" / f"{Path(args.dataset).name}.{settings.embedder}.npz"
+    if not args.quiet:
+        _diag(f"evaluating {ds.name}: {len(ds.texts)} documents, {len(ds.queries)} judged queries "
+              f"(document vectors cached in {cache})")
+    rows = evaluate(ds, settings, cache=cache, ablation=not args.no_ablation)
+    result = {"dataset": ds.name, "documents": len(ds.texts), "queries": len(ds.queries),
+              "settings": settings.as_dict(), "rows": rows}
+    if args.out:
+        Path(args.out).write_text(json.dumps(result, indent=1) + "\n")
+    if args.json:
+        json.dump(result, sys.stdout, indent=1)
+        print()
+        return 0
+    cols = list(METRICS) + ["recall@2", "recall@5"]
+    print(f"{'config':<26}" + "".join(f"{c:>11}" for c in cols))
+    for r in rows:
+        print(f"{r['config']:<26}" + "".join(f"{r[c]:>11.4f}" for c in cols))
+    return 0
+
+
+COMMANDS = {"eval": cmd_eval, "retrieve": cmd_retrieve, "ask": cmd_ask, "rank": cmd_rank, "ingest": cmd_ingest,
             "delete": cmd_delete, "check": cmd_check, "documents": cmd_documents}
 
 

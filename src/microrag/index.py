@@ -44,11 +44,20 @@ def _stemmer():
     return Stemmer.Stemmer("english")
 
 
+# bm25s' English list (33 words) plus question and pronoun words: "what does my ..."
+# carries no topic, and left in it dilutes BM25 coverage, which the grounding gate reads.
+EXTRA_STOPWORDS = """about above after again all am any because been before being below between both can
+could did do does doing down during each few from further had has have having he her here hers him his
+how i its itself just me more most my myself nor now only other our ours out over own same she should so
+some than those through too under until up very we were what when where which while who whom why would
+you your yours""".split()
+
+
 @lru_cache(maxsize=1)
 def _stopwords() -> frozenset[str]:
     from bm25s.stopwords import STOPWORDS_EN
 
-    return frozenset(STOPWORDS_EN)
+    return frozenset(STOPWORDS_EN) | frozenset(EXTRA_STOPWORDS)
 
 
 def bm25_tokens(text: str) -> list[str]:
@@ -112,7 +121,23 @@ class BM25Scorer:
         self.model = bm25s.BM25(k1=self.k1, b=self.b, method="lucene")
         corpus = [bm25_tokens(t) or ["\x00empty"] for t in texts]  # bm25s rejects empty docs
         self.model.index(corpus, show_progress=False)
+        self.df = Counter(t for doc in corpus for t in set(doc))
         return self
+
+    def idf(self, term: str) -> float:
+        """Lucene IDF, ``ln(1 + (N - df + 0.5) / (df + 0.5))``; unseen terms get the highest."""
+        df = self.df.get(term, 0)
+        return float(np.log(1 + (self.n - df + 0.5) / (df + 0.5)))
+
+    def ceiling(self, query: str) -> float:
+        """The most any chunk could score for ``query``: Lucene's term weight
+        saturates below 1, so it is the sum of the query terms' IDF."""
+        return sum(self.idf(t) for t in bm25_tokens(query))
+
+    def coverage(self, query: str, raw_best: float) -> float:
+        """``raw_best`` as a share of :meth:`ceiling`: 1 = every term matched heavily, 0 = none."""
+        ceiling = self.ceiling(query)
+        return raw_best / ceiling if ceiling > 0 else 0.0
 
     def scores(self, query: str) -> np.ndarray:
         tokens = bm25_tokens(query)

@@ -134,12 +134,11 @@ class Engine:
             safeguards = self.settings.safeguards_on_retrieve
         if self.store is not None:
             qvec = self.index.embedder.embed([query])[0]
-            found = self.store.search(query, qvec, None if labels is None else list(labels), n=self.first_pass)
+            found, ceiling = self.store.search(query, qvec, None if labels is None else list(labels),
+                                               n=self.settings.first_pass)
             return rank_candidates(query, [c for c, _, _ in found], np.array([k for _, k, _ in found]),
-                                   np.array([e for _, _, e in found]), self.settings, safeguards)
+                                   np.array([e for _, _, e in found]), self.settings, safeguards, ceiling)
         return retrieve(self.index, query, self.settings, safeguards=safeguards, allowed=self.mask(labels))
-
-    first_pass = 100  # per-leg candidates fetched from a database backend
 
     @property
     def n_chunks(self) -> int:

@@ -14,6 +14,7 @@ Masked-out chunks are not candidates: they never influence normalisation.
 
 from __future__ import annotations
 
+import re
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -94,15 +95,63 @@ def fuse_rrf(kw: np.ndarray, em: np.ndarray, w_kw: float, k: int = 60) -> np.nda
     return kw_part + (1.0 - w_kw) / (k + ranks(em))
 
 
+# Tokens a user copies verbatim: error codes (E-4012), hostnames (db-prod.bw.internal),
+# versions and ids (v2.3.1, AB12), paths and quoted strings. Embeddings blur these;
+# BM25 matches them exactly.
+_EXACT = re.compile(r"""^(?:[`'"].+[`'"]|.*\d.*[A-Za-z].*|.*[A-Za-z].*\d.*|/?[\w-]+(?:[._:/\\][\w-]+)+)$""")
+
+
+def looks_exact(token: str) -> bool:
+    """Whether ``token`` looks like something to match literally (code, host, id, path)."""
+    return bool(_EXACT.match(token.strip(",;?!()")))
+
+
+def dynamic_w_kw(query: str, w_kw: float, boost: float = 0.2) -> float:
+    """``w_kw`` raised by ``boost`` (capped at 1) when the query holds an exact-looking token."""
+    return min(1.0, w_kw + boost) if any(looks_exact(t) for t in query.split()) else w_kw
+
+
 # ---------------------------------------------------------------- safeguards (pure)
 
 
-def grounding_gate(best_raw_kw: float, best_raw_em: float, gate: str, min_kw: float, min_em: float) -> str:
-    """'' when the best raw match is strong enough; otherwise why we refuse."""
-    if gate == "kw" and best_raw_kw < min_kw:
-        return f"best keyword match {best_raw_kw:.3f} is below min_kw {min_kw}"
-    if gate == "em" and best_raw_em < min_em:
-        return f"best embedding match {best_raw_em:.3f} is below min_em {min_em}"
+@dataclass(frozen=True)
+class GateSignals:
+    """What the grounding gate reads, all raw (never min-max normalised)."""
+
+    best_kw: float  # best raw keyword score (TF-IDF cosine or BM25)
+    best_em: float  # best raw embedding cosine
+    kwcov: float = 0.0  # best BM25 score / the query's BM25 ceiling (sum of IDF), 0..1
+    exact: str = ""  # an identifier from the query found verbatim in a top keyword hit
+
+
+def grounding_gate(sig: GateSignals, settings: Settings) -> str:
+    """'' when the corpus plausibly holds the answer; otherwise why we refuse.
+
+    ``kw``: the seed rule, raw TF-IDF cosine below ``min_kw``. ``em``: best cosine
+    below ``min_em``. ``either`` (default): refuse only when *both* legs are weak -
+    cosine below ``min_em`` and BM25 coverage below ``min_kwcov`` - and no code,
+    hostname or id typed in the query occurs verbatim in a top keyword hit
+    (embeddings blur ``E-4012``; a verbatim match is strong evidence).
+    Thresholds and their measured trade-off: benchmarks/results/gate.md.
+    """
+    g, s = settings.gate, settings
+    if g == "kw" and sig.best_kw < s.min_kw:
+        return f"best keyword match {sig.best_kw:.3f} is below min_kw {s.min_kw}"
+    if g == "em" and sig.best_em < s.min_em:
+        return f"best embedding match {sig.best_em:.3f} is below min_em {s.min_em}"
+    if g == "either" and sig.best_em < s.min_em and sig.kwcov < s.min_kwcov and not sig.exact:
+        return (f"best embedding match {sig.best_em:.3f} < min_em {s.min_em} and keyword coverage "
+                f"{sig.kwcov:.3f} < min_kwcov {s.min_kwcov}")
+    return ""
+
+
+def exact_token_in(query: str, texts: list[str]) -> str:
+    """The first exact-looking query token that occurs verbatim (case-insensitive) in ``texts``."""
+    lowered = [t.lower() for t in texts]
+    for tok in query.split():
+        tok = tok.strip(",;?!()'\"`")
+        if looks_exact(tok) and any(tok.lower() in t for t in lowered):
+            return tok
     return ""
 
 
@@ -148,9 +197,16 @@ def retrieve(
         if allowed is not None:
             first = first[allowed[first]]  # belt and braces: the selector already filtered
         return rank_candidates(query, [index.chunks[i] for i in first], kw_all[first], index.vectors[first] @ q,
-                               settings, safeguards)
+                               settings, safeguards, keyword_ceiling(index, query))
     chunks = [index.chunks[i] for i in cand]
-    return rank_candidates(query, chunks, index.kw_scores(query)[cand], index.em_scores(query)[cand], settings, safeguards)
+    return rank_candidates(query, chunks, index.kw_scores(query)[cand], index.em_scores(query)[cand], settings,
+                           safeguards, keyword_ceiling(index, query))
+
+
+def keyword_ceiling(index: Index, query: str) -> float:
+    """The keyword leg's best possible score for ``query`` (BM25 only; 0 = unknown)."""
+    ceiling = getattr(index.keyword, "ceiling", None)
+    return float(ceiling(query)) if ceiling else 0.0
 
 
 def rank_candidates(
@@ -160,6 +216,7 @@ def rank_candidates(
     raw_em: np.ndarray,
     settings: Settings,
     safeguards: bool = True,
+    kw_ceiling: float = 0.0,
 ) -> Retrieval:
     """Fuse, gate, cap and cut candidates whose raw leg scores are already known.
 
@@ -169,13 +226,17 @@ def rank_candidates(
     if not chunks:
         return Retrieval(query, [], refused=safeguards, reason="nothing matched the query" if safeguards else "")
     kw_n, em_n = minmax(raw_kw), minmax(raw_em)
+    w_kw = dynamic_w_kw(query, settings.w_kw) if settings.dynamic_w_kw else settings.w_kw
     if settings.fusion == "rrf":
-        hybrid = fuse_rrf(raw_kw, raw_em, settings.w_kw, settings.rrf_k)
+        hybrid = fuse_rrf(raw_kw, raw_em, w_kw, settings.rrf_k)
     else:
-        hybrid = fuse_minmax(raw_kw, raw_em, settings.w_kw)
+        hybrid = fuse_minmax(raw_kw, raw_em, w_kw)
     best_kw, best_em = float(raw_kw.max()), float(raw_em.max())
     if safeguards:
-        reason = grounding_gate(best_kw, best_em, settings.gate, settings.min_kw, settings.min_em)
+        top_kw = [chunks[i].text for i in np.argsort(-raw_kw)[:10] if raw_kw[i] > 0]
+        sig = GateSignals(best_kw, best_em, best_kw / kw_ceiling if kw_ceiling > 0 else 0.0,
+                          exact_token_in(query, top_kw) if settings.gate == "either" else "")
+        reason = grounding_gate(sig, settings)
         if reason:
             return Retrieval(query, [], refused=True, reason=reason, best_raw_kw=best_kw, best_raw_em=best_em)
     # Deterministic ties: higher score first, then candidate (corpus) order.

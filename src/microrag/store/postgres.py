@@ -214,11 +214,12 @@ class PostgresStore(Store):
     # ------------------------------------------------------------ server-side search
 
     def search(self, query: str, qvec: np.ndarray, labels: list[str] | None, n: int = 100,
-               ef_search: int = 200) -> list[tuple[Chunk, float, float]]:
+               ef_search: int = 200) -> tuple[list[tuple[Chunk, float, float]], float]:
         """Candidates for ``query``: the union of the BM25 and the HNSW top-``n``
         (only chunks whose label is in ``labels``), each with BOTH raw leg scores.
 
-        Returns ``[(chunk, raw bm25, raw cosine)]`` in corpus order.
+        Returns ``([(chunk, raw bm25, raw cosine)] in corpus order, the query's BM25
+        ceiling)`` - the ceiling (sum of IDF) lets the grounding gate read coverage.
         """
         terms = sorted({term_id(t) for t in bm25_tokens(query)})
         label_sql, label_args = ("AND label = ANY(%s)", [labels]) if labels is not None else ("", [])
@@ -239,7 +240,10 @@ class PostgresStore(Store):
             rows = self._x('SELECT id, doc, idx, start, "end", text, -(bm25 <#> %s::sparsevec), '
                            "1 - (embedding <=> %s::vector) FROM chunks WHERE id = ANY(%s) ORDER BY doc, idx",
                            (q_sparse, qv, list(dict.fromkeys(ids)))).fetchall()
-        return [(Chunk(*r[:6]), float(r[6] or 0.0), float(r[7])) for r in rows]
+        # Terms no chunk has get the highest IDF, as in the in-memory scorer.
+        tokens = bm25_tokens(query)
+        ceiling = sum(bm25_idf(dfs.get(term_id(t), 0), n_chunks) for t in tokens)
+        return [(Chunk(*r[:6]), float(r[6] or 0.0), float(r[7])) for r in rows], ceiling
 
     def check(self) -> list[str]:
         problems = check_snapshot(self.snapshot())
