@@ -1,0 +1,63 @@
+"""Quality regression: the default preset's scores on public data, read from data files.
+
+The expected figures live in benchmarks/expected/*.json (written by
+benchmarks/eval_report.py). Document vectors come from committed caches; a
+sample is re-embedded live so a changed embedder cannot hide behind them.
+"""
+
+from __future__ import annotations
+
+import json
+
+import numpy as np
+import pytest
+
+from microrag import preset
+from microrag.evaluate import Dataset, evaluate, load_dataset, measure, recall_at
+
+from conftest import ROOT, SHARED, needs_models
+
+EXPECTED = ROOT / "benchmarks" / "expected"
+CASES = [("scifact", "test", "scifact-corpus.minilm.npz"), ("hotpotqa-100", "test", "hotpotqa-100.minilm.npz")]
+
+
+def test_metrics_against_hand_computed_values():
+    qrels = {"q1": {"a": 1, "b": 1}, "q2": {"c": 2}}
+    run = {"q1": {"x": 3.0, "a": 2.0, "y": 1.0}, "q2": {"c": 5.0}}
+    m = measure(qrels, run)
+    ndcg_q1 = (1 / np.log2(3)) / (1 + 1 / np.log2(3))
+    assert m["ndcg@10"] == pytest.approx((ndcg_q1 + 1.0) / 2)
+    assert m["recall@10"] == pytest.approx((0.5 + 1.0) / 2)
+    assert m["mrr@10"] == pytest.approx((0.5 + 1.0) / 2)
+    assert recall_at(qrels, run, 1) == pytest.approx((0.0 + 1.0) / 2)
+
+
+@needs_models
+@pytest.mark.parametrize("name,split,cache", CASES)
+def test_default_preset_scores_do_not_move(name, split, cache):
+    folder = SHARED / "datasets" / name
+    if not folder.exists():
+        pytest.skip(f"{folder} not present (optional dataset)")
+    expected = json.loads((EXPECTED / f"{name}-{split}.json").read_text())
+    ds = load_dataset(folder, split)
+    cache_path = ROOT / "benchmarks" / "data" / cache
+    _cache_matches_live_embedder(ds, cache_path)
+    rows = evaluate(ds, preset("default"), cache=cache_path)
+    got = rows[0]
+    for metric, value in expected["metrics"].items():
+        assert got[metric] == pytest.approx(value, abs=expected["tolerance"]), metric
+    # The hybrid must beat each of its own legs (the evaluation issue's target).
+    by = {r["config"]: r for r in rows}
+    key = "recall@5" if name.startswith("hotpot") else "ndcg@10"
+    assert got[key] > by["keyword only"][key] and got[key] > by["embedding only"][key]
+
+
+def _cache_matches_live_embedder(ds: Dataset, cache_path) -> None:
+    from microrag.index import make_embedder
+
+    with np.load(cache_path) as z:
+        cached = z["vectors"].astype(np.float32)
+    assert len(cached) == len(ds.texts)
+    sample = [0, len(ds.texts) // 3, len(ds.texts) - 1]
+    live = make_embedder("minilm").embed([ds.texts[i] for i in sample])
+    assert np.all((live * cached[sample]).sum(axis=1) > 0.999)
