@@ -232,6 +232,8 @@ class MiniLMEmbedder:
         # onnxruntime sizes its pool from the host's cores, not our cgroup's: oversubscribed
         # threads ran 3x slower here. Use the CPUs this process may actually run on.
         opts.intra_op_num_threads = max(1, len(os.sched_getaffinity(0))) if hasattr(os, "sched_getaffinity") else 0
+        # Idle pool threads must not spin: they would steal the cores BLAS and the server need.
+        opts.add_session_config_entry("session.intra_op.allow_spinning", "0")
         self.session = ort.InferenceSession(str(onnx), opts, providers=["CPUExecutionProvider"])
         self.inputs = {i.name for i in self.session.get_inputs()}
 
@@ -284,6 +286,12 @@ def make_embedder(name: str) -> HashEmbedder | MiniLMEmbedder:
 # ---------------------------------------------------------------- the two legs together
 
 
+def cosines(vectors: np.ndarray, q: np.ndarray) -> np.ndarray:
+    """``vectors @ q`` for unit rows, written as a 1-row GEMM: OpenBLAS's GEMV path ran
+    8x slower here (5183 x 384: 1.9 ms vs 0.23 ms, one thread)."""
+    return (q[None, :].astype(vectors.dtype, copy=False) @ vectors.T)[0]
+
+
 class Index:
     """Chunks with both legs fitted: ``keyword.scores(q)`` and unit ``vectors`` (n, dim)."""
 
@@ -307,7 +315,7 @@ class Index:
     def em_scores(self, query: str) -> np.ndarray:
         if not self.chunks:
             return np.zeros(0)
-        return self.vectors @ self.query_vector(query)
+        return cosines(self.vectors, self.query_vector(query))
 
 
 def build_index(chunks: Sequence, keyword: str = "bm25", embedder: str = "minilm", k1: float = 0.9, b: float = 0.4, progress: bool = False) -> Index:

@@ -155,7 +155,30 @@ def exact_token_in(query: str, texts: list[str]) -> str:
     return ""
 
 
-def diversity_cap(order: list[int], docs: list[str], top_k: int, max_per_source: int) -> tuple[list[int], list[int]]:
+def _ranked(scores: np.ndarray, m: int) -> list[int]:
+    """Indices of the best ``m`` scores (plus any tied with the m-th), highest first, ties by index.
+
+    Sorting only a shortlist keeps a 1M-chunk query from paying for a full sort.
+    """
+    if m < scores.size:
+        kth = np.partition(scores, scores.size - m)[scores.size - m]
+        idx = np.flatnonzero(scores >= kth)
+    else:
+        idx = np.arange(scores.size)
+    return idx[np.lexsort((idx, -scores[idx]))].tolist()
+
+
+class _Docs:
+    """``docs[i]`` without building the list: the cap only looks at the first few."""
+
+    def __init__(self, chunks: list[Chunk]) -> None:
+        self.chunks = chunks
+
+    def __getitem__(self, i: int) -> str:
+        return self.chunks[i].doc
+
+
+def diversity_cap(order: list[int], docs, top_k: int, max_per_source: int) -> tuple[list[int], list[int]]:
     """Walk ``order``; keep at most ``max_per_source`` per doc until ``top_k`` kept.
 
     Returns (kept, skipped). ``max_per_source=0`` turns the cap off.
@@ -198,6 +221,9 @@ def retrieve(
             first = first[allowed[first]]  # belt and braces: the selector already filtered
         return rank_candidates(query, [index.chunks[i] for i in first], kw_all[first], index.vectors[first] @ q,
                                settings, safeguards, keyword_ceiling(index, query))
+    if allowed is None:  # no filter: skip copying every chunk and score array
+        return rank_candidates(query, index.chunks, index.kw_scores(query), index.em_scores(query), settings,
+                               safeguards, keyword_ceiling(index, query))
     chunks = [index.chunks[i] for i in cand]
     return rank_candidates(query, chunks, index.kw_scores(query)[cand], index.em_scores(query)[cand], settings,
                            safeguards, keyword_ceiling(index, query))
@@ -240,9 +266,11 @@ def rank_candidates(
         if reason:
             return Retrieval(query, [], refused=True, reason=reason, best_raw_kw=best_kw, best_raw_em=best_em)
     # Deterministic ties: higher score first, then candidate (corpus) order.
-    order = np.lexsort((np.arange(len(chunks)), -hybrid)).tolist()
     cap = settings.max_per_source if safeguards else 0
-    kept, skipped = diversity_cap(order, [c.doc for c in chunks], settings.top_k, cap)
+    kept, skipped = diversity_cap(_ranked(hybrid, settings.top_k * 8), _Docs(chunks), settings.top_k, cap)
+    if len(kept) < settings.top_k and len(kept) + len(skipped) < len(chunks):
+        # The cap ate the shortlist: walk the full ranking instead.
+        kept, skipped = diversity_cap(_ranked(hybrid, len(chunks)), _Docs(chunks), settings.top_k, cap)
     hits = [Hit(chunks[j], float(hybrid[j]), float(kw_n[j]), float(em_n[j]), float(raw_kw[j]), float(raw_em[j]))
             for j in kept]
     return Retrieval(query, hits, best_raw_kw=best_kw, best_raw_em=best_em, capped=[chunks[j].id for j in skipped])
