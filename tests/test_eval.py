@@ -61,3 +61,25 @@ def _cache_matches_live_embedder(ds: Dataset, cache_path) -> None:
     sample = [0, len(ds.texts) // 3, len(ds.texts) - 1]
     live = make_embedder("minilm").embed([ds.texts[i] for i in sample])
     assert np.all((live * cached[sample]).sum(axis=1) > 0.999)
+
+
+def test_eval_cli_on_a_tiny_beir_folder(tmp_path):
+    from conftest import run_cli
+
+    docs = [("d1", "Okapi BM25", "BM25 ranks documents by term frequency."),
+            ("d2", "Cosine", "Embeddings compare by cosine similarity."),
+            ("d3", "Cooking", "Risotto needs constant stirring.")]
+    (tmp_path / "corpus.jsonl").write_text("".join(json.dumps({"_id": i, "title": t, "text": x}) + "\n" for i, t, x in docs))
+    (tmp_path / "queries.jsonl").write_text(json.dumps({"_id": "q1", "text": "term frequency ranking"}) + "\n"
+                                            + json.dumps({"_id": "q2", "text": "stirring risotto"}) + "\n")
+    (tmp_path / "qrels").mkdir()
+    (tmp_path / "qrels" / "test.tsv").write_text("query-id\tcorpus-id\tscore\nq1\td1\t1\nq2\td3\t1\n")
+    out = tmp_path / "res.json"
+    proc = run_cli("eval", "--dataset", str(tmp_path), "--preset", "seed", "--cache", str(tmp_path / "c.npz"),
+                   "--out", str(out))
+    assert proc.returncode == 0, proc.stderr
+    assert "keyword only" in proc.stdout and "embedding only" in proc.stdout and "rrf" in proc.stdout
+    res = json.loads(out.read_text())
+    assert res["rows"][0]["ndcg@10"] == pytest.approx(1.0)  # both queries rank their document first
+    bad = run_cli("eval", "--dataset", str(tmp_path / "nope"))
+    assert bad.returncode != 0 and "not a BEIR dataset" in bad.stderr and "Traceback" not in bad.stderr
