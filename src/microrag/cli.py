@@ -108,6 +108,26 @@ def build_parser() -> argparse.ArgumentParser:
     ing.add_argument("paths", nargs="+", metavar="PATH", help="folders or files to ingest")
     ing.add_argument("--label", help="sensitivity label for these documents (default: front-matter 'label:', else public)")
     ing.add_argument("--prune", action="store_true", help="remove indexed documents whose files are gone")
+    sv = sub.add_parser("serve", parents=[common], help="run the HTTP API (hardened defaults)")
+    sv.add_argument("--host", default="127.0.0.1", help="interface to bind (default: %(default)s)")
+    sv.add_argument("--port", type=int, default=8000, help="port (default: %(default)s)")
+    sv.add_argument("--no-anonymous", action="store_true", help="require an API key for every call")
+    sv.add_argument("--dlp", choices=("redact", "label", "off"), default="redact",
+                    help="secrets/PII in ingested text: redact them (default), label the document restricted, or off")
+    sv.add_argument("--input-guard", choices=("flag", "block", "off"), default="flag",
+                    help="injection-looking questions: flag in the audit trail (default) or block")
+    sv.add_argument("--tools-dir", metavar="DIR", help="enable the file-read tool, confined to DIR (default: off)")
+    ky = sub.add_parser("keys", help="manage server API keys: add | list | revoke")
+    ksub = ky.add_subparsers(dest="action", metavar="ACTION")
+    ksub.required = True
+    ka = ksub.add_parser("add", parents=[common], help="create a key (printed once)")
+    ka.add_argument("name", help="principal name; also the namespace of its uploads")
+    ka.add_argument("--role", choices=("reader", "contributor", "admin"), default="reader")
+    ka.add_argument("--clearance", metavar="L1,L2", help="labels this key may read (public is always included)")
+    ka.add_argument("--trusted", action="store_true", help="contributor uploads go live without review")
+    ksub.add_parser("list", parents=[common], help="list keys (never the keys themselves)")
+    kr = ksub.add_parser("revoke", parents=[common], help="revoke a key by id or name")
+    kr.add_argument("name", help="key id or principal name")
     ev = sub.add_parser("eval", parents=[common], help="measure retrieval on a BEIR dataset or HotpotQA-100")
     ev.add_argument("--dataset", required=True, metavar="DIR", help="BEIR folder (corpus.jsonl[.gz], queries.jsonl, qrels/) "
                     "or the hotpotqa-100 folder")
@@ -350,7 +370,69 @@ def cmd_eval(args: argparse.Namespace) -> int:
     return 0
 
 
-COMMANDS = {"eval": cmd_eval, "retrieve": cmd_retrieve, "ask": cmd_ask, "rank": cmd_rank, "ingest": cmd_ingest,
+def _server_dir(args: argparse.Namespace):
+    from pathlib import Path
+
+    loc = args.index or default_location()
+    return Path(".microrag-server") if loc.startswith(("postgresql://", "postgres://")) else Path(loc)
+
+
+def cmd_keys(args: argparse.Namespace) -> int:
+    from .server.auth import KeyStore
+
+    keys = KeyStore(_server_dir(args) / "keys.sqlite")
+    if args.action == "add":
+        key = keys.add(args.name, args.role, [x for x in (args.clearance or "public").split(",") if x], args.trusted)
+        print(key)
+        if not args.quiet:
+            _diag("store this key now: it is shown once and kept only as a hash")
+    elif args.action == "list":
+        for k in keys.list():
+            print(f"{k['id']}\t{k['name']}\t{k['role']}\t{k['clearance']}\t{'trusted' if k['trusted'] else 'untrusted'}"
+                  f"\t{'REVOKED' if k['revoked'] else 'active'}\t{k['created']}")
+    else:
+        keys.revoke(args.name)
+        print(f"revoked {args.name}")
+    return 0
+
+
+def cmd_serve(args: argparse.Namespace) -> int:
+    try:
+        import uvicorn
+
+        from .server.app import ServerConfig, create_app
+        from .server.auth import KeyStore
+        from .server.state import ServerState
+    except ImportError:
+        raise MicroRAGError("the server needs its extra: pip install 'microrag[server]'") from None
+    from pathlib import Path
+
+    if args.host not in ("127.0.0.1", "localhost", "::1") and not args.quiet:
+        _diag(f"warning: listening on {args.host}: put TLS and a firewall in front of it")
+    store = open_store(args.index or default_location(), create=True)
+    name = args.preset or _preset_for(store.meta())
+    settings = _settings(args, name)
+    if args.corpus and not store.documents():
+        from .ingest import ingest_paths
+
+        report = ingest_paths(store, args.corpus, settings)
+        if not args.quiet:
+            _diag(f"indexed {', '.join(args.corpus)}: {report.summary()}")
+    sdir = _server_dir(args)
+    cfg = ServerConfig(store=store, settings=settings, keys=KeyStore(sdir / "keys.sqlite"),
+                       state=ServerState(sdir / "server.sqlite"), corpus=list(args.corpus or []),
+                       llm=LLMConfig.from_env(), allow_anonymous=not args.no_anonymous, dlp=args.dlp,
+                       input_guard=args.input_guard, tools_dir=Path(args.tools_dir) if args.tools_dir else None)
+    app = create_app(cfg)
+    if not args.quiet:
+        _diag(f"serving {args.index or default_location()} on http://{args.host}:{args.port} "
+              f"(OpenAPI at /docs; answers by {'the LLM' if cfg.llm else 'the extractive answerer'})")
+    # uvicorn's access log prints paths, never headers: keys stay out of logs.
+    uvicorn.run(app, host=args.host, port=args.port, log_level="warning" if args.quiet else "info")
+    return 0
+
+
+COMMANDS = {"serve": cmd_serve, "keys": cmd_keys, "eval": cmd_eval, "retrieve": cmd_retrieve, "ask": cmd_ask, "rank": cmd_rank, "ingest": cmd_ingest,
             "delete": cmd_delete, "check": cmd_check, "documents": cmd_documents}
 
 

@@ -82,6 +82,10 @@ class Store(ABC):
         """Bumped by every successful ``apply``; tells readers their copy is stale."""
 
     @abstractmethod
+    def relabel(self, doc: str, label: str) -> int:
+        """Change one document's sensitivity label in one transaction; return the new generation."""
+
+    @abstractmethod
     def check(self) -> list[str]:
         """Integrity problems found (empty list = healthy)."""
 

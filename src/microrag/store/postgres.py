@@ -245,6 +245,16 @@ class PostgresStore(Store):
         ceiling = sum(bm25_idf(dfs.get(term_id(t), 0), n_chunks) for t in tokens)
         return [(Chunk(*r[:6]), float(r[6] or 0.0), float(r[7])) for r in rows], ceiling
 
+    def relabel(self, doc: str, label: str) -> int:
+        with self.conn.transaction():
+            self._x("LOCK TABLE meta IN EXCLUSIVE MODE")
+            if not self._x("UPDATE documents SET label = %s WHERE doc = %s", (label, doc)).rowcount:
+                raise MicroRAGError(f"no such document {doc!r}")
+            self._x("UPDATE chunks SET label = %s WHERE doc = %s", (label, doc))
+            gen = self.generation() + 1
+            self._x("UPDATE meta SET value = %s WHERE key = 'generation'", (str(gen),))
+        return gen
+
     def check(self) -> list[str]:
         problems = check_snapshot(self.snapshot())
         if self.meta().get("dim"):

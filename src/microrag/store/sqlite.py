@@ -114,6 +114,19 @@ class SQLiteStore(Store):
             raise
         return gen
 
+    def relabel(self, doc: str, label: str) -> int:
+        self.db.execute("BEGIN IMMEDIATE")
+        try:
+            if not self.db.execute("UPDATE documents SET label = ? WHERE doc = ?", (label, doc)).rowcount:
+                raise MicroRAGError(f"no such document {doc!r}")
+            gen = self.generation() + 1
+            self.db.execute("INSERT OR REPLACE INTO meta VALUES ('generation', ?)", (str(gen),))
+            self.db.execute("COMMIT")
+        except BaseException:
+            self.db.execute("ROLLBACK")
+            raise
+        return gen
+
     def check(self) -> list[str]:
         problems = [f"sqlite: {row[0]}" for row in self.db.execute("PRAGMA integrity_check") if row[0] != "ok"]
         problems += [f"sqlite: foreign key violation in {row[0]}" for row in self.db.execute("PRAGMA foreign_key_check")]

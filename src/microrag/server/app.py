@@ -1,0 +1,334 @@
+"""FastAPI routes over the shared pipeline. ``create_app(ServerConfig)`` builds the app.
+
+Policy in one place: who may do what (roles), what they may read (clearance
+labels filter chunks *before* ranking), what may enter the index (namespaced
+sources, DLP, quarantine for untrusted contributors), what may leave it
+(output guard), and what is recorded (audit trail). Every user mistake is a
+4xx with ``{"error": ...}``; keys never reach a log line.
+"""
+
+from __future__ import annotations
+
+import json
+import re
+import threading
+import time
+from collections import defaultdict
+from dataclasses import dataclass, field
+from pathlib import Path
+
+import numpy as np
+from fastapi import Depends, FastAPI, HTTPException, Request
+from fastapi.exceptions import RequestValidationError
+from fastapi.responses import JSONResponse, StreamingResponse
+from pydantic import BaseModel, Field
+
+from .. import guard
+from ..augment import build_messages
+from ..chunk import Document, load_documents
+from ..config import Settings
+from ..errors import MicroRAGError
+from ..generate import ChatStream, LLMConfig, extractive_answer
+from ..ingest import delete_documents, ingest_documents
+from ..pipeline import Engine
+from ..store import Store
+from .auth import ANONYMOUS, KeyStore, Principal
+from .state import QUARANTINE, ServerState
+from .tools import run_tool_calls
+
+
+@dataclass
+class ServerConfig:
+    """Everything the server needs; defaults are the hardened profile."""
+
+    store: Store
+    settings: Settings
+    keys: KeyStore
+    state: ServerState
+    corpus: list[str] = field(default_factory=list)  # what /reset re-ingests
+    llm: LLMConfig | None = None
+    allow_anonymous: bool = True
+    dlp: str = "redact"  # redact | label (restricted) | off
+    input_guard: str = "flag"  # flag | block | off
+    output_guard: bool = True
+    tools_dir: Path | None = None  # None = the file tool is off
+    max_body: int = 1_000_000
+    rate_per_minute: int = 120
+
+
+class QueryIn(BaseModel):
+    query: str = Field(min_length=1, max_length=4000)
+    top_k: int | None = Field(default=None, ge=1, le=50)
+    stream: bool = False
+
+
+class IngestIn(BaseModel):
+    source: str = Field(min_length=1, max_length=300)
+    body: str = Field(min_length=1)
+    label: str | None = Field(default=None, max_length=40, pattern=r"^[a-z][a-z0-9_-]*$")
+
+
+class RateLimiter:
+    """Per-principal sliding window; returns False when over the limit."""
+
+    def __init__(self, per_minute: int) -> None:
+        self.per_minute, self.hits, self.lock = per_minute, defaultdict(list), threading.Lock()
+
+    def allow(self, who: str) -> bool:
+        t = time.monotonic()
+        with self.lock:
+            recent = [x for x in self.hits[who] if t - x < 60]
+            ok = len(recent) < self.per_minute
+            self.hits[who] = recent + [t] if ok else recent
+        return ok
+
+
+def _safe_source(source: str) -> str:
+    """A relative, traversal-free path fragment for a document name."""
+    parts = [p for p in re.split(r"[\\/]+", guard.canonical(source)) if p not in ("", ".", "..")]
+    name = "/".join(re.sub(r"[^\w.@-]", "_", p) for p in parts)
+    if not name:
+        raise MicroRAGError("source must name a document, e.g. 'runbooks/vpn.md'")
+    return name
+
+
+def create_app(cfg: ServerConfig) -> FastAPI:
+    app = FastAPI(title="microRAG", version="0.1.0",
+                  description="Retrieval-augmented answers over your documents, with identity, labels and an audit trail.")
+    lock = threading.RLock()  # one writer; the engine reference swaps atomically after each write
+    holder: dict = {"engine": None}
+    limiter = RateLimiter(cfg.rate_per_minute)
+
+    def reload() -> None:
+        with lock:
+            docs = cfg.store.documents()
+            holder["engine"] = Engine.from_store(cfg.store, cfg.settings, remote=False) if docs else None
+
+    reload()
+
+    # ------------------------------------------------------------ errors and limits
+
+    @app.exception_handler(MicroRAGError)
+    async def _user_error(_: Request, exc: MicroRAGError):
+        return JSONResponse({"error": str(exc)}, status_code=400)
+
+    @app.exception_handler(HTTPException)
+    async def _http_error(_: Request, exc: HTTPException):
+        return JSONResponse({"error": exc.detail}, status_code=exc.status_code, headers=exc.headers)
+
+    @app.exception_handler(RequestValidationError)
+    async def _invalid(_: Request, exc: RequestValidationError):
+        first = exc.errors()[0] if exc.errors() else {}
+        where = ".".join(str(x) for x in first.get("loc", ()) if x != "body")
+        return JSONResponse({"error": f"invalid request: {where or 'body'}: {first.get('msg', 'malformed')}"},
+                            status_code=422)
+
+    @app.middleware("http")
+    async def _limits(request: Request, call_next):
+        size = request.headers.get("content-length")
+        if size and size.isdigit() and int(size) > cfg.max_body:
+            return JSONResponse({"error": f"request body over {cfg.max_body} bytes"}, status_code=413)
+        return await call_next(request)
+
+    def principal(request: Request) -> Principal:
+        auth = request.headers.get("authorization", "")
+        key = auth[7:].strip() if auth.lower().startswith("bearer ") else request.headers.get("x-api-key", "")
+        if key:
+            who = cfg.keys.resolve(key)
+            if who is None:
+                raise HTTPException(401, "invalid or revoked API key", headers={"WWW-Authenticate": "Bearer"})
+        elif cfg.allow_anonymous:
+            who = ANONYMOUS
+        else:
+            raise HTTPException(401, "an API key is required (Authorization: Bearer <key>)",
+                                headers={"WWW-Authenticate": "Bearer"})
+        if not limiter.allow(who.name if who is not ANONYMOUS else f"anon:{request.client.host if request.client else ''}"):
+            raise HTTPException(429, "rate limit exceeded; slow down")
+        return who
+
+    def need(role: str):
+        def check(who: Principal = Depends(principal)) -> Principal:
+            if who is ANONYMOUS:
+                raise HTTPException(401, f"this needs an API key with the {role} role",
+                                    headers={"WWW-Authenticate": "Bearer"})
+            if not who.at_least(role):
+                raise HTTPException(403, f"this needs the {role} role")
+            return who
+        return check
+
+    # ------------------------------------------------------------ reading
+
+    @app.get("/health")
+    def health() -> dict:
+        eng = holder["engine"]
+        return {"status": "ok", "chunks": eng.n_chunks if eng else 0,
+                "documents": len(eng.documents) if eng else 0, "generation": eng.generation if eng else 0}
+
+    @app.post("/query")
+    def query(body: QueryIn, who: Principal = Depends(principal)):
+        verdict = guard.injection_check(body.query) if cfg.input_guard != "off" else None
+        flags = [f"input: {r}" for r in verdict.reasons] if verdict and verdict.suspicious else []
+        safe_query, _ = guard.redact(body.query)
+        if flags and cfg.input_guard == "block":
+            cfg.state.audit(who.name, "query", safe_query, [], "blocked", flags)
+            raise HTTPException(400, "the question was blocked by the input guard: " + "; ".join(verdict.reasons))
+        eng = holder["engine"]
+        if eng is None:
+            raise MicroRAGError("the index is empty; ingest documents first")
+        settings = eng.settings
+        if body.top_k:
+            from ..config import override
+            eng = Engine(override(settings, top_k=body.top_k), eng.index, eng.documents, list(eng.labels), eng.generation)
+        r = eng.retrieve(body.query, safeguards=True, labels=sorted(who.clearance))
+        sources = [{"doc": h.chunk.doc, "chunk": h.chunk.index, "id": h.chunk.id, "hybrid": h.hybrid, "kw": h.kw,
+                    "em": h.em, "raw_kw": h.raw_kw, "raw_em": h.raw_em} for h in r.hits]
+        if body.stream:
+            return StreamingResponse(_stream(body.query, r, who, sources, flags, safe_query), media_type="text/event-stream")
+        answer, mode, tool_results, out_flags = _answer(body.query, r, who)
+        decision = "refused" if r.refused else "answered"
+        cfg.state.audit(who.name, "query", safe_query, [{"id": s["id"], "hybrid": round(s["hybrid"], 4)} for s in sources],
+                        decision, flags + out_flags)
+        return {"answer": answer, "sources": sources, "refused": r.refused, "reason": r.reason, "mode": mode,
+                "capped": r.capped, "flags": flags + out_flags,
+                "tools": [t.__dict__ for t in tool_results]}
+
+    def _answer(question: str, r, who: Principal):
+        out_flags: list[str] = []
+        tool_results = []
+        if cfg.llm is None or r.refused:
+            text, mode = extractive_answer(question, r, holder["engine"].index.embedder), "extractive"
+        else:
+            stream = ChatStream(cfg.llm, build_messages(question, r.hits))
+            text, mode = "".join(stream), "llm"
+            tool_results = run_tool_calls(text, [h.chunk.text for h in r.hits], cfg.tools_dir, who.clearance)
+            for t in tool_results:
+                text += f"\n[tool {t.call}: " + (t.output if t.ran else f"not run - {t.refused}") + "]"
+        if cfg.output_guard:
+            redacted, found = guard.redact(text)
+            if found:
+                text = redacted
+                out_flags.append("output: redacted " + ", ".join(f"{k} x{v}" for k, v in guard.summary(found).items()))
+        return text, mode, tool_results, out_flags
+
+    def _stream(question, r, who, sources, flags, safe_query):
+        yield f"event: sources\ndata: {json.dumps({'sources': sources, 'refused': r.refused, 'reason': r.reason})}\n\n"
+        # The whole answer passes the output guard before any of it leaves: a secret
+        # split across streamed pieces could not be caught piece by piece.
+        answer, mode, tools, out_flags = _answer(question, r, who)
+        for piece in re.findall(r"\S+\s*", answer):
+            yield f"data: {json.dumps({'delta': piece})}\n\n"
+        cfg.state.audit(who.name, "query", safe_query, [{"id": s["id"], "hybrid": round(s["hybrid"], 4)} for s in sources],
+                        "refused" if r.refused else "answered", flags + out_flags)
+        yield f"event: done\ndata: {json.dumps({'mode': mode, 'flags': flags + out_flags})}\n\n"
+        yield "data: [DONE]\n\n"
+
+    @app.get("/documents")
+    def documents(who: Principal = Depends(principal)) -> list[dict]:
+        docs = cfg.store.documents().values()
+        visible = [d for d in docs if who.role == "admin" or d.label in who.clearance or d.principal == who.name]
+        return [d.__dict__ for d in visible]
+
+    # ------------------------------------------------------------ writing
+
+    @app.post("/ingest")
+    def ingest(body: IngestIn, who: Principal = Depends(need("contributor"))) -> dict:
+        doc = f"{who.name}/{_safe_source(body.source)}"  # bound to the caller: no one writes another's path
+        label = body.label or "public"
+        if label not in who.clearance and who.role != "admin":
+            raise HTTPException(403, f"you may not publish {label!r} documents")
+        text, findings = (body.body, [])
+        if cfg.dlp != "off":
+            redacted, findings = guard.redact(body.body)
+            if findings and cfg.dlp == "redact":
+                text = redacted
+            elif findings and cfg.dlp == "label":
+                label = "restricted"
+        hostile = guard.injection_check(body.body)
+        flags = [f"content: {r}" for r in hostile.reasons] if hostile.suspicious else []
+        status = "live" if who.trusted else "quarantined"
+        stored_label = label if who.trusted else QUARANTINE
+        with lock:
+            report = ingest_documents(cfg.store, [Document(doc, text)], cfg.settings, label=stored_label,
+                                      principal=f"api:{who.name}")
+            if not who.trusted:
+                cfg.state.queue(doc, label, who.name, guard.summary(findings), flags)
+            reload()
+        cfg.state.audit(who.name, "ingest", doc, [], status, flags)
+        return {"doc": doc, "status": status, "label": label, "chunks": report.chunks_written,
+                "findings": guard.summary(findings), "flags": flags}
+
+    @app.delete("/documents/{doc:path}")
+    def delete(doc: str, who: Principal = Depends(need("contributor"))) -> dict:
+        if who.role != "admin" and not doc.startswith(f"{who.name}/"):
+            raise HTTPException(403, "you may only delete your own documents")
+        with lock:
+            delete_documents(cfg.store, [doc])
+            cfg.state.take(doc)
+            reload()
+        cfg.state.audit(who.name, "delete", doc, [], "deleted", [])
+        return {"deleted": doc}
+
+    @app.get("/review")
+    def review(who: Principal = Depends(need("admin"))) -> list[dict]:
+        return cfg.state.pending()
+
+    @app.post("/review/{doc:path}/{decision}")
+    def decide(doc: str, decision: str, who: Principal = Depends(need("admin"))) -> dict:
+        if decision not in ("approve", "reject"):
+            raise HTTPException(404, "use /review/<doc>/approve or /review/<doc>/reject")
+        with lock:
+            entry = cfg.state.take(doc)
+            if entry is None:
+                raise HTTPException(404, f"{doc!r} is not waiting for review")
+            if decision == "approve":
+                cfg.store.relabel(doc, entry["label"])
+            else:
+                delete_documents(cfg.store, [doc])
+            reload()
+        cfg.state.audit(who.name, "review", doc, [], decision, [])
+        return {"doc": doc, "decision": decision}
+
+    @app.post("/reset")
+    def reset(who: Principal = Depends(need("admin"))) -> dict:
+        if not cfg.corpus:
+            raise MicroRAGError("this server was started without a corpus to reset from (serve --corpus PATH)")
+        with lock:
+            docs = load_documents(cfg.corpus)
+            gone = [d for d in cfg.store.documents() if d not in {x.path for x in docs}]
+            report = ingest_documents(cfg.store, docs, cfg.settings, principal=f"operator:{who.name}", prune_missing=gone)
+            reload()
+        cfg.state.audit(who.name, "reset", ",".join(cfg.corpus), [], report.summary(), [])
+        return {"summary": report.summary(), "generation": report.generation}
+
+    # ------------------------------------------------------------ oversight
+
+    @app.get("/audit")
+    def audit(limit: int = 100, principal_name: str | None = None, who: Principal = Depends(need("admin"))):
+        return cfg.state.trail(max(1, min(limit, 1000)), principal_name)
+
+    @app.get("/audit/collisions")
+    def collisions(min_queries: int = 5, who: Principal = Depends(need("admin"))):
+        return collision_report(cfg.state.trail(1000), holder["engine"], min_queries)
+
+    return app
+
+
+def collision_report(trail: list[dict], engine: Engine | None, min_queries: int = 5) -> list[dict]:
+    """Documents that surface for many *unrelated* queries - the mark of an embedding-collision
+    or slow-drip attack. Unrelated = low mean pairwise similarity of those queries' embeddings."""
+    by_doc: dict[str, set[str]] = defaultdict(set)
+    for row in trail:
+        if row["action"] == "query":
+            for h in row["hits"]:
+                by_doc[h["id"].rsplit("#", 1)[0]].add(row["query"])
+    out = []
+    for doc, queries in by_doc.items():
+        if len(queries) < min_queries or engine is None:
+            continue
+        qs = sorted(queries)
+        v = engine.index.embedder.embed(qs)
+        sim = v @ v.T
+        mean = float((sim.sum() - np.trace(sim)) / (len(qs) * (len(qs) - 1)))
+        out.append({"doc": doc, "queries": len(qs), "mean_query_similarity": round(mean, 3),
+                    "suspicious": mean < 0.35, "examples": qs[:5]})
+    return sorted(out, key=lambda r: (not r["suspicious"], -r["queries"]))

@@ -1,0 +1,76 @@
+"""Server-side records beside the index: the review queue and the audit trail.
+
+Quarantined documents are stored in the index under the label ``_quarantine``,
+which no clearance includes, so they cannot be retrieved; the label they will
+get on approval waits here. Every query leaves an audit row: principal, time,
+the query (canonicalised and redacted - never a raw secret), retrieved ids and
+scores, and the decision. The collision report reads the audit trail.
+"""
+
+from __future__ import annotations
+
+import json
+import sqlite3
+import threading
+from datetime import datetime, timezone
+from pathlib import Path
+
+QUARANTINE = "_quarantine"
+
+
+def now() -> str:
+    return datetime.now(timezone.utc).isoformat(timespec="milliseconds")
+
+
+class ServerState:
+    """Review queue + audit trail in one SQLite file, guarded by one lock."""
+
+    def __init__(self, path: str | Path) -> None:
+        Path(path).parent.mkdir(parents=True, exist_ok=True)
+        self.db = sqlite3.connect(str(path), check_same_thread=False, isolation_level=None)
+        self.db.execute("PRAGMA journal_mode=WAL")
+        self.lock = threading.Lock()
+        self.db.executescript("""
+        CREATE TABLE IF NOT EXISTS review (doc TEXT PRIMARY KEY, label TEXT NOT NULL, principal TEXT NOT NULL,
+            submitted TEXT NOT NULL, findings TEXT NOT NULL, flags TEXT NOT NULL);
+        CREATE TABLE IF NOT EXISTS audit (id INTEGER PRIMARY KEY, ts TEXT NOT NULL, principal TEXT NOT NULL,
+            action TEXT NOT NULL, query TEXT NOT NULL, hits TEXT NOT NULL, decision TEXT NOT NULL, flags TEXT NOT NULL);
+        """)
+
+    # ------------------------------------------------------------ review queue
+
+    def queue(self, doc: str, label: str, principal: str, findings: dict, flags: list[str]) -> None:
+        with self.lock:
+            self.db.execute("INSERT OR REPLACE INTO review VALUES (?,?,?,?,?,?)",
+                            (doc, label, principal, now(), json.dumps(findings), json.dumps(flags)))
+
+    def pending(self) -> list[dict]:
+        with self.lock:
+            rows = self.db.execute("SELECT doc, label, principal, submitted, findings, flags FROM review ORDER BY submitted")
+            return [{"doc": r[0], "label": r[1], "principal": r[2], "submitted": r[3],
+                     "findings": json.loads(r[4]), "flags": json.loads(r[5])} for r in rows]
+
+    def take(self, doc: str) -> dict | None:
+        """Remove ``doc`` from the queue and return its entry (None if not queued)."""
+        with self.lock:
+            row = self.db.execute("SELECT label, principal FROM review WHERE doc = ?", (doc,)).fetchone()
+            if row:
+                self.db.execute("DELETE FROM review WHERE doc = ?", (doc,))
+        return {"label": row[0], "principal": row[1]} if row else None
+
+    # ------------------------------------------------------------ audit trail
+
+    def audit(self, principal: str, action: str, query: str, hits: list[dict], decision: str, flags: list[str]) -> None:
+        with self.lock:
+            self.db.execute("INSERT INTO audit (ts, principal, action, query, hits, decision, flags) VALUES (?,?,?,?,?,?,?)",
+                            (now(), principal, action, query, json.dumps(hits), decision, json.dumps(flags)))
+
+    def trail(self, limit: int = 100, principal: str | None = None) -> list[dict]:
+        sql = "SELECT ts, principal, action, query, hits, decision, flags FROM audit"
+        args: tuple = ()
+        if principal:
+            sql, args = sql + " WHERE principal = ?", (principal,)
+        with self.lock:
+            rows = self.db.execute(sql + " ORDER BY id DESC LIMIT ?", (*args, limit)).fetchall()
+        return [{"ts": r[0], "principal": r[1], "action": r[2], "query": r[3], "hits": json.loads(r[4]),
+                 "decision": r[5], "flags": json.loads(r[6])} for r in rows]

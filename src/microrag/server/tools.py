@@ -1,0 +1,66 @@
+"""The file-read tool, and when a call may run.
+
+Off by default. When enabled it reads only inside one allowlisted directory:
+the requested path is NFKC-normalised, stripped of invisible characters,
+resolved (``..`` and symlinks included) and must still lie inside the
+directory; files carry a label (``<name>.label`` beside them, default
+``internal``) checked against the caller's clearance. A call is executed only
+if it appears in the model's own output and the same call text does not occur
+in the retrieved context - so an instruction planted in a document never runs,
+even when a compliant model repeats it.
+"""
+
+from __future__ import annotations
+
+import os
+import re
+from dataclasses import dataclass
+from pathlib import Path
+
+from ..guard import canonical
+
+CALL = re.compile(r"read_file\(\s*[\"'`]?(?P<path>[^\"'`)]*)[\"'`]?\s*\)")
+
+
+@dataclass
+class ToolResult:
+    call: str
+    ran: bool
+    output: str = ""
+    refused: str = ""  # why not, when it did not run
+
+
+def _norm_call(text: str) -> str:
+    return re.sub(r"\s+", "", canonical(text))
+
+
+def run_tool_calls(answer: str, context: list[str], root: Path | None, clearance: frozenset[str],
+                   max_bytes: int = 4096) -> list[ToolResult]:
+    """Find ``read_file(...)`` calls in ``answer`` and run the ones that are allowed."""
+    results = []
+    planted = {_norm_call(m.group(0)) for text in context for m in CALL.finditer(canonical(text))}
+    for m in CALL.finditer(canonical(answer)):
+        call = m.group(0)
+        if root is None:
+            results.append(ToolResult(call, False, refused="the file tool is disabled"))
+        elif _norm_call(call) in planted:
+            results.append(ToolResult(call, False, refused="the call text comes from retrieved documents"))
+        else:
+            results.append(_read(call, m.group("path"), root, clearance, max_bytes))
+    return results
+
+
+def _read(call: str, requested: str, root: Path, clearance: frozenset[str], max_bytes: int) -> ToolResult:
+    name = canonical(requested).strip()
+    base = root.resolve()
+    try:
+        target = (base / name).resolve(strict=True)  # absolute paths replace base and are caught below
+    except (OSError, RuntimeError):
+        return ToolResult(call, False, refused="no such file in the tool directory")
+    if os.path.commonpath([base, target]) != str(base) or not target.is_file():
+        return ToolResult(call, False, refused="path is outside the tool directory")
+    label_file = target.with_name(target.name + ".label")
+    label = label_file.read_text().strip() if label_file.exists() else "internal"
+    if label not in clearance:
+        return ToolResult(call, False, refused=f"the caller may not read {label!r} files")
+    return ToolResult(call, True, output=target.read_bytes()[:max_bytes].decode("utf-8", "replace"))
