@@ -350,3 +350,37 @@ def test_keys_never_logged(srv, caplog):
         httpx.get(srv.url + "/documents", headers={"Authorization": f"Bearer {srv.key['admin']}x"})
     text = caplog.text
     assert all(k not in text for k in srv.key.values())
+
+
+# ---------------------------------------------------------------- fuzzing the API surface
+
+from hypothesis import HealthCheck, given, settings as hsettings, strategies as st  # noqa: E402
+
+JSONISH = st.recursive(st.none() | st.booleans() | st.integers() | st.floats(allow_nan=False, allow_infinity=False) | st.text(max_size=30),
+                       lambda kids: st.lists(kids, max_size=4) | st.dictionaries(st.text(max_size=8), kids, max_size=4),
+                       max_leaves=12)
+FIELDS = st.fixed_dictionaries({}, optional={"query": JSONISH | st.text(max_size=60), "top_k": JSONISH,
+                                             "stream": JSONISH, "source": JSONISH | st.text(max_size=60),
+                                             "body": JSONISH | st.text(max_size=200), "label": JSONISH})
+ROUTES = [("POST", "/query"), ("POST", "/ingest"), ("POST", "/reset"), ("GET", "/documents"), ("GET", "/review"),
+          ("GET", "/audit"), ("GET", "/audit/collisions"), ("GET", "/health")]
+
+
+@hsettings(max_examples=120, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture])
+@given(route=st.sampled_from(ROUTES), body=st.one_of(FIELDS, JSONISH), who=st.sampled_from([None, "reader", "contrib", "admin"]),
+       raw=st.booleans(), junk=st.binary(max_size=40), path_tail=st.text(max_size=20))
+def test_fuzz_never_5xx(srv, route, body, who, raw, junk, path_tail):
+    from urllib.parse import quote
+
+    method, path = route
+    tail = quote(path_tail, safe="") or "x"
+    if method == "GET" and path == "/audit":
+        path = f"/audit?limit={tail}"
+    kw = {"content": junk, "headers": {"content-type": "application/json"}} if raw else {"json": body}
+    r = srv.call(method, path, who, **kw) if method == "POST" else srv.call(method, path, who)
+    assert r.status_code < 500, (method, path, r.status_code, r.text[:200])
+    r.json()  # always a JSON body
+    review = srv.call("POST", f"/review/{tail}/approve", who)
+    assert review.status_code < 500
+    delete = srv.call("DELETE", f"/documents/{tail}", who)
+    assert delete.status_code < 500
