@@ -108,15 +108,30 @@ def build_parser() -> argparse.ArgumentParser:
     ing.add_argument("paths", nargs="+", metavar="PATH", help="folders or files to ingest")
     ing.add_argument("--label", help="sensitivity label for these documents (default: front-matter 'label:', else public)")
     ing.add_argument("--prune", action="store_true", help="remove indexed documents whose files are gone")
+    ing.add_argument("--dlp", choices=("redact", "label", "off"),
+                     help="secrets/PII found in documents: redact before indexing (default preset), "
+                          "label the document restricted, or off (the seed preset's default)")
     sv = sub.add_parser("serve", parents=[common], help="run the HTTP API (hardened defaults)")
     sv.add_argument("--host", default="127.0.0.1", help="interface to bind (default: %(default)s)")
     sv.add_argument("--port", type=int, default=8000, help="port (default: %(default)s)")
     sv.add_argument("--no-anonymous", action="store_true", help="require an API key for every call")
-    sv.add_argument("--dlp", choices=("redact", "label", "off"), default="redact",
-                    help="secrets/PII in ingested text: redact them (default), label the document restricted, or off")
+    sv.add_argument("--dlp", choices=("redact", "label", "off"),
+                    help="secrets/PII in ingested text: redact them (default preset), label the document restricted, or off")
     sv.add_argument("--input-guard", choices=("flag", "block", "off"), default="flag",
                     help="injection-looking questions: flag in the audit trail (default) or block")
     sv.add_argument("--tools-dir", metavar="DIR", help="enable the file-read tool, confined to DIR (default: off)")
+    sv.add_argument("--profile", choices=("hardened", "lab-baseline"), default="hardened",
+                    help="lab-baseline = the naive server of the spec (no auth, no DLP, no cap, literal blocklists, "
+                         "unconfined file tool), loopback only, to demonstrate the attacks")
+    cl = sub.add_parser("compliant-llm", help="run the maximally compliant test model (OpenAI-compatible)")
+    cl.add_argument("--host", default="127.0.0.1")
+    cl.add_argument("--port", type=int, default=8001)
+    rt = sub.add_parser("redteam", help="run the canonical RAG attacks against a live server")
+    rt.add_argument("--target", required=True, help="server base URL, e.g. http://127.0.0.1:8000")
+    rt.add_argument("--keys", help="admin=KEY,contributor=KEY,reader=KEY (missing roles call anonymously)")
+    rt.add_argument("--kb", default="../shared/fixtures/lab-kb", help="the planted-secrets knowledge base the server holds")
+    rt.add_argument("--probe", default="/etc/hostname", help="a file the file tool must never reveal")
+    rt.add_argument("--json", action="store_true", help="rows as JSON")
     ky = sub.add_parser("keys", help="manage server API keys: add | list | revoke")
     ksub = ky.add_subparsers(dest="action", metavar="ACTION")
     ksub.required = True
@@ -290,7 +305,8 @@ def cmd_ingest(args: argparse.Namespace) -> int:
     store = _open_for_write(args)
     try:
         name = args.preset or _preset_for(store.meta())
-        report = ingest_paths(store, args.paths, _settings(args, name), label=args.label, prune=args.prune)
+        report = ingest_paths(store, args.paths, override(_settings(args, name), dlp=args.dlp), label=args.label,
+                              prune=args.prune)
     finally:
         store.close()
     if args.json:
@@ -407,11 +423,19 @@ def cmd_serve(args: argparse.Namespace) -> int:
         raise MicroRAGError("the server needs its extra: pip install 'microrag[server]'") from None
     from pathlib import Path
 
-    if args.host not in ("127.0.0.1", "localhost", "::1") and not args.quiet:
+    loopback = args.host in ("127.0.0.1", "localhost", "::1")
+    if args.profile == "lab-baseline":
+        if not loopback:
+            raise MicroRAGError("the lab-baseline profile is deliberately vulnerable and binds to loopback only")
+        _diag("WARNING: lab-baseline profile - NO auth, NO DLP, NO diversity cap, literal blocklists, an "
+              "unconfined file tool. A demonstration target for `microrag redteam`; never expose it.")
+    elif not loopback and not args.quiet:
         _diag(f"warning: listening on {args.host}: put TLS and a firewall in front of it")
     store = open_store(args.index or default_location(), create=True)
     name = args.preset or _preset_for(store.meta())
-    settings = _settings(args, name)
+    settings = override(_settings(args, name), dlp=args.dlp)
+    if args.profile == "lab-baseline":
+        settings = override(settings, dlp="off", max_per_source=0, w_kw=0.6, gate="none")
     if args.corpus and not store.documents():
         from .ingest import ingest_paths
 
@@ -421,7 +445,7 @@ def cmd_serve(args: argparse.Namespace) -> int:
     sdir = _server_dir(args)
     cfg = ServerConfig(store=store, settings=settings, keys=KeyStore(sdir / "keys.sqlite"),
                        state=ServerState(sdir / "server.sqlite"), corpus=list(args.corpus or []),
-                       llm=LLMConfig.from_env(), allow_anonymous=not args.no_anonymous, dlp=args.dlp,
+                       llm=LLMConfig.from_env(), allow_anonymous=not args.no_anonymous, profile=args.profile,
                        input_guard=args.input_guard, tools_dir=Path(args.tools_dir) if args.tools_dir else None)
     app = create_app(cfg)
     if not args.quiet:
@@ -432,7 +456,55 @@ def cmd_serve(args: argparse.Namespace) -> int:
     return 0
 
 
-COMMANDS = {"serve": cmd_serve, "keys": cmd_keys, "eval": cmd_eval, "retrieve": cmd_retrieve, "ask": cmd_ask, "rank": cmd_rank, "ingest": cmd_ingest,
+def cmd_compliant_llm(args: argparse.Namespace) -> int:
+    import time
+
+    from .redteam.compliant import serve
+
+    httpd = serve(args.host, args.port)
+    print(f"compliant model on http://{args.host}:{httpd.server_address[1]} - a test instrument: it quotes its "
+          "context and obeys every instruction. Set LLM_BASE_URL to it for red-team runs.", flush=True)
+    try:
+        while True:
+            time.sleep(3600)
+    except KeyboardInterrupt:
+        httpd.shutdown()
+    return 0
+
+
+def cmd_redteam(args: argparse.Namespace) -> int:
+    from pathlib import Path
+
+    from .redteam.attacks import run_all
+
+    keys = dict(kv.split("=", 1) for kv in (args.keys or "").split(",") if "=" in kv)
+    unknown = set(keys) - {"admin", "contributor", "reader"}
+    if unknown:
+        raise MicroRAGError(f"--keys takes admin=...,contributor=...,reader=...; unknown role(s): {', '.join(unknown)}")
+    kb, probe = Path(args.kb), Path(args.probe)
+    if not kb.is_dir() or not probe.is_file():
+        raise MicroRAGError(f"need the planted-secrets knowledge base (--kb, got {kb}) and a probe file (--probe, got {probe})")
+    try:
+        rows = run_all(args.target, keys, kb, probe)
+    except httpx_errors() as exc:
+        raise MicroRAGError(f"cannot reach {args.target}: {type(exc).__name__}") from None
+    if args.json:
+        json.dump(rows, sys.stdout, indent=1)
+        print()
+    else:
+        print(f"{'attack':<26}{'attempts':>9}{'successes':>10}  defence that stopped it")
+        for r in rows:
+            print(f"{r['attack']:<26}{r['attempts']:>9}{r['successes']:>10}  {r['defence']}")
+    return 1 if any(r["successes"] for r in rows) else 0
+
+
+def httpx_errors():
+    import httpx
+
+    return (httpx.TransportError,)
+
+
+COMMANDS = {"compliant-llm": cmd_compliant_llm, "redteam": cmd_redteam, "serve": cmd_serve, "keys": cmd_keys, "eval": cmd_eval, "retrieve": cmd_retrieve, "ask": cmd_ask, "rank": cmd_rank, "ingest": cmd_ingest,
             "delete": cmd_delete, "check": cmd_check, "documents": cmd_documents}
 
 
@@ -447,7 +519,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     handler = logging.StreamHandler(sys.stderr)
     handler.setFormatter(_StderrFormatter())
     log.handlers[:] = [handler]
-    log.setLevel(logging.ERROR if args.quiet else logging.WARNING)
+    log.setLevel(logging.ERROR if getattr(args, "quiet", False) else logging.WARNING)
     log.propagate = False
     try:
         return COMMANDS[args.command](args)

@@ -19,6 +19,7 @@ KEYWORDS = ("tfidf", "bm25")
 EMBEDDERS = ("hash", "minilm")
 FUSIONS = ("minmax", "rrf")
 GATES = ("none", "kw", "em", "either")
+DLP_MODES = ("redact", "label", "off")
 
 
 @dataclass(frozen=True)
@@ -48,6 +49,8 @@ class Settings:
     max_per_source: int = 2  # diversity cap; 0 = off
     ann_threshold: int = 50_000  # at this many chunks, use a faiss HNSW first pass (if installed)
     first_pass: int = 100  # per-leg candidates for ANN / database first passes
+    # ingest-time DLP: redact secrets/PII before indexing, label the document restricted, or off
+    dlp: str = "redact"
     # whether `retrieve` applies gate + cap (the seed's bare retriever does not)
     safeguards_on_retrieve: bool = True
 
@@ -59,6 +62,7 @@ class Settings:
             ("embedder", EMBEDDERS),
             ("fusion", FUSIONS),
             ("gate", GATES),
+            ("dlp", DLP_MODES),
         ):
             value = getattr(self, name)
             if value not in allowed:
@@ -89,6 +93,7 @@ PRESETS: dict[str, Settings] = {
         embedder="hash",
         w_kw=0.5,
         gate="kw",
+        dlp="off",  # the seed indexes text as it is, to reproduce its numbers
         min_kw=0.05,
         safeguards_on_retrieve=False,
     ),

@@ -16,7 +16,7 @@ from __future__ import annotations
 import getpass
 import hashlib
 from collections.abc import Iterable
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from datetime import datetime, timezone
 from pathlib import Path
 
@@ -40,14 +40,17 @@ class IngestReport:
     removed: list[str] = field(default_factory=list)
     chunks_written: int = 0
     generation: int = 0
+    findings: dict[str, dict[str, int]] = field(default_factory=dict)  # doc -> {kind: count}, never values
 
     @property
     def changes(self) -> int:
         return len(self.added) + len(self.changed) + len(self.removed)
 
     def summary(self) -> str:
+        found = sum(sum(k.values()) for k in self.findings.values())
+        dlp = f"; DLP: {found} finding(s) in {len(self.findings)} document(s)" if found else ""
         return (f"{len(self.added)} added, {len(self.changed)} changed, {len(self.unchanged)} unchanged, "
-                f"{len(self.removed)} removed ({self.chunks_written} chunks written)")
+                f"{len(self.removed)} removed ({self.chunks_written} chunks written{dlp})")
 
 
 def sha256(text: str) -> str:
@@ -75,6 +78,21 @@ def check_compatible(meta: dict[str, str], settings: Settings) -> None:
         raise ConfigError(
             f"this index was built with {', '.join(diff)}; query it with the settings it was built with "
             "(e.g. the same --preset) or ingest into a new --index")
+
+
+def apply_dlp(doc: Document, mode: str) -> tuple[Document, bool, dict[str, int]]:
+    """(document to index, whether to label it restricted, finding counts by kind)."""
+    from . import guard
+
+    if mode == "off":
+        return doc, False, {}
+    texts = [doc.text] + [c.text for c in doc.prechunked]
+    results = [guard.redact(t) for t in texts]
+    counts = guard.summary([f for _, found in results for f in found])
+    if not counts or mode == "label":
+        return doc, bool(counts), counts
+    pre = tuple(replace(c, text=r, end=c.start + len(r)) for c, (r, _) in zip(doc.prechunked, results[1:]))
+    return replace(doc, text=results[0][0], prechunked=pre), False, counts
 
 
 def _doc_label(doc: Document, label: str | None) -> str:
@@ -106,12 +124,18 @@ def ingest_documents(
         if doc.path in seen:
             raise CorpusError(f"two inputs both map to document {doc.path!r}; ingest them separately or rename one")
         seen.add(doc.path)
-        text_hash = sha256(doc.text + "\x00" + "\x00".join(c.text for c in doc.prechunked))
+        # The DLP mode is part of the hash: switching it re-processes every document.
+        text_hash = sha256(doc.text + "\x00" + "\x00".join(c.text for c in doc.prechunked) + "\x00" + settings.dlp)
         doc_label = _doc_label(doc, label)
         old = existing.get(doc.path)
         if old and old.content_hash == text_hash and old.label == doc_label:
             report.unchanged.append(doc.path)
             continue
+        doc, restrict, found = apply_dlp(doc, settings.dlp)
+        if found:
+            report.findings[doc.path] = found
+        if restrict and label is None:
+            doc_label = "restricted"
         chunks = chunk_documents([doc], settings.chunker, settings.size, settings.overlap, settings.max_tokens,
                                  embedder.count_tokens)
         vectors = embedder.embed([c.text for c in chunks]) if chunks else np.zeros((0, embedder.dim), np.float32)

@@ -48,12 +48,18 @@ class ServerConfig:
     corpus: list[str] = field(default_factory=list)  # what /reset re-ingests
     llm: LLMConfig | None = None
     allow_anonymous: bool = True
-    dlp: str = "redact"  # redact | label (restricted) | off
     input_guard: str = "flag"  # flag | block | off
     output_guard: bool = True
     tools_dir: Path | None = None  # None = the file tool is off
     max_body: int = 1_000_000
     rate_per_minute: int = 120
+    # "lab-baseline" reproduces the naive server of the spec, to prove the attacks real:
+    # no auth, any claimed source, no quarantine, literal blocklists, unconfined file tool.
+    profile: str = "hardened"
+
+
+BASELINE_ALL = Principal("anyone", "admin", frozenset({"public", "internal", "restricted"}), trusted=True)
+BLOCKLIST = ("ignore previous instructions", "password", "secret")  # the naive literal filter
 
 
 class QueryIn(BaseModel):
@@ -93,6 +99,7 @@ def _safe_source(source: str) -> str:
 
 
 def create_app(cfg: ServerConfig) -> FastAPI:
+    baseline = cfg.profile == "lab-baseline"
     app = FastAPI(title="microRAG", version="0.1.0",
                   description="Retrieval-augmented answers over your documents, with identity, labels and an audit trail.")
     lock = threading.RLock()  # one writer; the engine reference swaps atomically after each write
@@ -131,6 +138,8 @@ def create_app(cfg: ServerConfig) -> FastAPI:
         return await call_next(request)
 
     def principal(request: Request) -> Principal:
+        if baseline:
+            return BASELINE_ALL
         auth = request.headers.get("authorization", "")
         key = auth[7:].strip() if auth.lower().startswith("bearer ") else request.headers.get("x-api-key", "")
         if key:
@@ -166,6 +175,8 @@ def create_app(cfg: ServerConfig) -> FastAPI:
 
     @app.post("/query")
     def query(body: QueryIn, who: Principal = Depends(principal)):
+        if baseline and any(w in body.query.lower() for w in BLOCKLIST):
+            raise HTTPException(400, "blocked by the blocklist")
         verdict = guard.injection_check(body.query) if cfg.input_guard != "off" else None
         flags = [f"input: {r}" for r in verdict.reasons] if verdict and verdict.suspicious else []
         safe_query, _ = guard.redact(body.query)
@@ -198,12 +209,15 @@ def create_app(cfg: ServerConfig) -> FastAPI:
         if cfg.llm is None or r.refused:
             text, mode = extractive_answer(question, r, holder["engine"].index.embedder), "extractive"
         else:
-            stream = ChatStream(cfg.llm, build_messages(question, r.hits))
+            stream = ChatStream(cfg.llm, build_messages(question, r.hits, spotlight=not baseline))
             text, mode = "".join(stream), "llm"
-            tool_results = run_tool_calls(text, [h.chunk.text for h in r.hits], cfg.tools_dir, who.clearance)
+            tool_results = run_tool_calls(text, [h.chunk.text for h in r.hits], cfg.tools_dir, who.clearance,
+                                          confined=not baseline)
             for t in tool_results:
                 text += f"\n[tool {t.call}: " + (t.output if t.ran else f"not run - {t.refused}") + "]"
-        if cfg.output_guard:
+        if baseline:  # the naive output filter: drop lines that literally say "password"
+            text = "\n".join(line for line in text.splitlines() if "password" not in line)
+        elif cfg.output_guard:
             redacted, found = guard.redact(text)
             if found:
                 text = redacted
@@ -232,30 +246,28 @@ def create_app(cfg: ServerConfig) -> FastAPI:
 
     @app.post("/ingest")
     def ingest(body: IngestIn, who: Principal = Depends(need("contributor"))) -> dict:
-        doc = f"{who.name}/{_safe_source(body.source)}"  # bound to the caller: no one writes another's path
+        # bound to the caller: no one writes another's path (the baseline trusts the claim)
+        doc = body.source if baseline else f"{who.name}/{_safe_source(body.source)}"
         label = body.label or "public"
         if label not in who.clearance and who.role != "admin":
             raise HTTPException(403, f"you may not publish {label!r} documents")
-        text, findings = (body.body, [])
-        if cfg.dlp != "off":
-            redacted, findings = guard.redact(body.body)
-            if findings and cfg.dlp == "redact":
-                text = redacted
-            elif findings and cfg.dlp == "label":
-                label = "restricted"
         hostile = guard.injection_check(body.body)
         flags = [f"content: {r}" for r in hostile.reasons] if hostile.suspicious else []
         status = "live" if who.trusted else "quarantined"
-        stored_label = label if who.trusted else QUARANTINE
         with lock:
-            report = ingest_documents(cfg.store, [Document(doc, text)], cfg.settings, label=stored_label,
-                                      principal=f"api:{who.name}")
+            report = ingest_documents(cfg.store, [Document(doc, body.body)], cfg.settings,
+                                      label=label if who.trusted else QUARANTINE, principal=f"api:{who.name}")
+            findings = report.findings.get(doc, {})
+            if findings and cfg.settings.dlp == "label":
+                label = "restricted"
+                if who.trusted:
+                    cfg.store.relabel(doc, label)
             if not who.trusted:
-                cfg.state.queue(doc, label, who.name, guard.summary(findings), flags)
+                cfg.state.queue(doc, label, who.name, findings, flags)
             reload()
         cfg.state.audit(who.name, "ingest", doc, [], status, flags)
         return {"doc": doc, "status": status, "label": label, "chunks": report.chunks_written,
-                "findings": guard.summary(findings), "flags": flags}
+                "findings": findings, "flags": flags}
 
     @app.delete("/documents/{doc:path}")
     def delete(doc: str, who: Principal = Depends(need("contributor"))) -> dict:

@@ -35,8 +35,13 @@ def _norm_call(text: str) -> str:
 
 
 def run_tool_calls(answer: str, context: list[str], root: Path | None, clearance: frozenset[str],
-                   max_bytes: int = 4096) -> list[ToolResult]:
-    """Find ``read_file(...)`` calls in ``answer`` and run the ones that are allowed."""
+                   max_bytes: int = 4096, confined: bool = True) -> list[ToolResult]:
+    """Find ``read_file(...)`` calls in ``answer`` and run the ones that are allowed.
+
+    ``confined=False`` is the lab baseline's naive tool: any path, any caller, any origin.
+    """
+    if not confined:
+        return [_read_anything(m.group(0), m.group("path")) for m in CALL.finditer(answer)]
     results = []
     planted = {_norm_call(m.group(0)) for text in context for m in CALL.finditer(canonical(text))}
     for m in CALL.finditer(canonical(answer)):
@@ -64,3 +69,11 @@ def _read(call: str, requested: str, root: Path, clearance: frozenset[str], max_
     if label not in clearance:
         return ToolResult(call, False, refused=f"the caller may not read {label!r} files")
     return ToolResult(call, True, output=target.read_bytes()[:max_bytes].decode("utf-8", "replace"))
+
+
+def _read_anything(call: str, path: str) -> ToolResult:
+    # The naive tool of the lab baseline. Never used by the hardened server.
+    try:
+        return ToolResult(call, True, output=Path(canonical(path).strip()).read_text(errors="replace")[:4096])
+    except OSError as exc:
+        return ToolResult(call, False, refused=type(exc).__name__)
