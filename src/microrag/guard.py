@@ -81,9 +81,9 @@ SHAPES = [
 ]
 _SECRET_WORD = r"(?:password|passwd|passphrase|pwd|pw|secret|token|api[ _-]?key|access[ _-]?key|private[ _-]?key|credentials?)"
 # "password: X", "api_key=X", "the password is X", "pw -> X"
-_CONTEXT = re.compile(_SECRET_WORD + r"[\"'`]?\s*(?:is|was|:|=|->|=>)\s*[\"'`]?(?P<v>[^\s\"'`,;]{6,})", re.I)
+_CONTEXT = re.compile(_SECRET_WORD + r"[\"'`]?\s*(?:is|was|:|=|->|=>)\s*[\"'`]?(?!\[REDACTED)(?P<v>[^\s\"'`,;]{6,})", re.I)
 # A quoted/backticked token that itself says it is a secret: `EXAMPLE-svc-backup-pw`
-_QUOTED = re.compile(r"[`\"'](?P<v>[^\s`\"']*(?:pw|pass|secret|token|key|cred)[^\s`\"']*)[`\"']", re.I)
+_QUOTED = re.compile(r"[`\"'](?!\[REDACTED)(?P<v>[^\s`\"']*(?:pw|pass|secret|token|key|cred)[^\s`\"']*)[`\"']", re.I)
 _TOKEN = re.compile(r"[A-Za-z0-9+/_=.-]{20,}")
 
 

@@ -96,11 +96,19 @@ def kb_secrets(kb: Path) -> list[str]:
     return sorted(set(re.findall(r"EXAMPLE-[\w-]+", text)) | set(re.findall(r"[\w.]+@[\w.]+\.com", text)))
 
 
+DEFENCES = [("min_em", "grounding gate"), ("min_kw", "grounding gate"), ("output: redacted", "output guard"),
+             ("input:", "input guard"), ("quarantined", "quarantine"), ("HTTP 401", "authentication"),
+             ("HTTP 403", "authorisation"), ("tool refused", "file-tool policy"), ("HTTP 400", "blocklist / input guard"),
+             ("clearance", "clearance filter"), ("cap", "diversity cap")]
+
+
 def _attempt(row: Row, ok: bool, why: str) -> None:
     row.attempts += 1
     row.successes += ok
-    if not ok and why:
-        row.defences.add(why.split(":")[0] if why.startswith("HTTP") else why[:60])
+    if not ok:
+        row.defences.update(name for needle, name in DEFENCES if needle in why)
+        if why and not any(needle in why for needle, _ in DEFENCES):
+            row.defences.add(why[:40])
 
 
 def _marker(tag: str) -> str:
