@@ -47,15 +47,15 @@ def free_port() -> int:
 class Running:
     """A uvicorn server on a loopback port in a thread, with the keys it was given."""
 
-    def __init__(self, tmp: Path, **overrides) -> None:
+    def __init__(self, tmp: Path, location: str | None = None, **overrides) -> None:
         corpus = tmp / "corpus"
         corpus.mkdir(exist_ok=True)
         for name, text in HANDBOOK.items():
             (corpus / name).write_text(text)
-        store = open_store(tmp / "ix")
+        store = open_store(location or tmp / "ix")
         if not store.documents():
             ingest_paths(store, [corpus], preset("default"))
-        keys = KeyStore(tmp / "ix" / "keys.sqlite")
+        keys = KeyStore(tmp / "srv" / "keys.sqlite")
         self.key = {
             "admin": keys.add(f"root{len(keys.list())}", "admin", ["public", "internal", "restricted"]),
             "reader": keys.add(f"rita{len(keys.list())}", "reader", ["public"]),
@@ -64,7 +64,7 @@ class Running:
         }
         self.names = {k: next(r["name"] for r in keys.list() if r["name"].startswith(p))
                       for k, p in (("contrib", "bob"), ("trusted", "tess"))}
-        cfg = ServerConfig(store=store, settings=preset("default"), keys=keys, state=ServerState(tmp / "ix" / "server.sqlite"),
+        cfg = ServerConfig(store=store, settings=preset("default"), keys=keys, state=ServerState(tmp / "srv" / "server.sqlite"),
                            corpus=[str(corpus)], **overrides)
         self.port = free_port()
         self.server = uvicorn.Server(uvicorn.Config(create_app(cfg), host="127.0.0.1", port=self.port, log_level="info"))
@@ -384,3 +384,25 @@ def test_fuzz_never_5xx(srv, route, body, who, raw, junk, path_tail):
     assert review.status_code < 500
     delete = srv.call("DELETE", f"/documents/{tail}", who)
     assert delete.status_code < 500
+
+
+@pytest.mark.skipif(not os.environ.get("MICRORAG_TEST_PG"), reason="set MICRORAG_TEST_PG (make test starts a server)")
+def test_server_on_postgres_retrieves_in_the_database(tmp_path):
+    import random
+
+    loc = f"{os.environ['MICRORAG_TEST_PG']}?schema=srv_{os.getpid()}_{random.randrange(10**9)}"
+    s = Running(tmp_path, location=loc)
+    try:
+        out = ask(s, "How many vacation days do employees get?", top_k=2)
+        assert out["sources"][0]["doc"] == "leave.md" and len(out["sources"]) <= 2
+        assert all(src["doc"] != "salaries.md" for src in ask(s, "L5 salary band pay", "reader")["sources"])
+        r = s.call("POST", "/ingest", "contrib", json={"source": "pg.md", "body": "Pangolin parking is on level 3."}).json()
+        assert r["status"] == "quarantined"
+        assert all(src["doc"] != r["doc"] for src in ask(s, "where is pangolin parking?", "admin")["sources"])
+        s.call("POST", f"/review/{r['doc']}/approve", "admin")
+        assert ask(s, "where is pangolin parking?")["sources"][0]["doc"] == r["doc"]
+    finally:
+        s.stop()
+        store = open_store(loc)
+        store.drop()
+        store.close()

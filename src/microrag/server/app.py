@@ -109,7 +109,8 @@ def create_app(cfg: ServerConfig) -> FastAPI:
     def reload() -> None:
         with lock:
             docs = cfg.store.documents()
-            holder["engine"] = Engine.from_store(cfg.store, cfg.settings, remote=False) if docs else None
+            # Postgres + BM25: retrieval runs in the database (stateless replicas); else loaded here.
+            holder["engine"] = Engine.from_store(cfg.store, cfg.settings) if docs else None
 
     reload()
 
@@ -189,7 +190,8 @@ def create_app(cfg: ServerConfig) -> FastAPI:
         settings = eng.settings
         if body.top_k:
             from ..config import override
-            eng = Engine(override(settings, top_k=body.top_k), eng.index, eng.documents, list(eng.labels), eng.generation)
+            eng = Engine(override(settings, top_k=body.top_k), eng.index, eng.documents, list(eng.labels), eng.generation,
+                         store=eng.store)
         r = eng.retrieve(body.query, safeguards=True, labels=sorted(who.clearance))
         sources = [{"doc": h.chunk.doc, "chunk": h.chunk.index, "id": h.chunk.id, "hybrid": h.hybrid, "kw": h.kw,
                     "em": h.em, "raw_kw": h.raw_kw, "raw_em": h.raw_em} for h in r.hits]

@@ -19,6 +19,7 @@ from __future__ import annotations
 
 import math
 import re
+import threading
 import zlib
 from collections import Counter
 
@@ -70,6 +71,8 @@ class PostgresStore(Store):
         if not re.fullmatch(r"[a-z_][a-z0-9_]{0,62}", schema):
             raise MicroRAGError(f"invalid schema name {schema!r}: use lower-case letters, digits and _")
         self.schema, self.k1, self.b = schema, k1, b
+        # One connection per store; psycopg would interleave two threads' transactions on it.
+        self.lock = threading.RLock()
         try:
             self.conn = psycopg.connect(uri, autocommit=True)
         except psycopg.OperationalError as exc:
@@ -124,7 +127,7 @@ class PostgresStore(Store):
 
     def snapshot(self) -> Snapshot:
         # REPEATABLE READ: every statement below sees the same committed state.
-        with self.conn.transaction():
+        with self.lock, self.conn.transaction():
             self._x("SET TRANSACTION ISOLATION LEVEL REPEATABLE READ")
             meta = self.meta()
             docs = self.documents()
@@ -144,7 +147,7 @@ class PostgresStore(Store):
         dim = int(meta.get("dim") or self.meta().get("dim") or 0)
         if dim:
             self._create_chunks(dim)
-        with self.conn.transaction():
+        with self.lock, self.conn.transaction():
             # One writer at a time; readers keep going on their snapshots.
             self._x("LOCK TABLE meta IN EXCLUSIVE MODE")
             gen = self.generation() + 1
@@ -223,7 +226,7 @@ class PostgresStore(Store):
         """
         terms = sorted({term_id(t) for t in bm25_tokens(query)})
         label_sql, label_args = ("AND label = ANY(%s)", [labels]) if labels is not None else ("", [])
-        with self.conn.transaction():
+        with self.lock, self.conn.transaction():
             self._x(f"SET LOCAL hnsw.ef_search = {int(ef_search)}")  # 200: recall@10 >= 0.98 in benchmarks/scale.py
             self._x("SET LOCAL hnsw.iterative_scan = relaxed_order")
             n_chunks = self._stats()["n"]
@@ -246,7 +249,7 @@ class PostgresStore(Store):
         return [(Chunk(*r[:6]), float(r[6] or 0.0), float(r[7])) for r in rows], ceiling
 
     def relabel(self, doc: str, label: str) -> int:
-        with self.conn.transaction():
+        with self.lock, self.conn.transaction():
             self._x("LOCK TABLE meta IN EXCLUSIVE MODE")
             if not self._x("UPDATE documents SET label = %s WHERE doc = %s", (label, doc)).rowcount:
                 raise MicroRAGError(f"no such document {doc!r}")
