@@ -306,7 +306,7 @@ def cmd_ingest(args: argparse.Namespace) -> int:
     try:
         name = args.preset or _preset_for(store.meta())
         report = ingest_paths(store, args.paths, override(_settings(args, name), dlp=args.dlp), label=args.label,
-                              prune=args.prune)
+                              prune=args.prune, progress=sys.stderr.isatty() and not args.quiet)
     finally:
         store.close()
     if args.json:

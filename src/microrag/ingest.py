@@ -108,6 +108,7 @@ def ingest_documents(
     principal: str | None = None,
     origins: dict[str, str] | None = None,
     prune_missing: Iterable[str] = (),
+    progress: bool = False,
 ) -> IngestReport:
     """Write ``docs`` into ``store`` (skipping unchanged ones) plus deletions, atomically."""
     settings.validate()
@@ -120,7 +121,10 @@ def ingest_documents(
     report = IngestReport()
     updates: list[DocUpdate] = []
     seen: set[str] = set()
-    for doc in docs:
+    docs = list(docs)
+    from tqdm import tqdm  # a bar on stderr, only when asked (the CLI asks on a TTY)
+
+    for doc in tqdm(docs, desc="ingesting", unit="doc", disable=not progress, leave=False):
         if doc.path in seen:
             raise CorpusError(f"two inputs both map to document {doc.path!r}; ingest them separately or rename one")
         seen.add(doc.path)
@@ -159,6 +163,7 @@ def ingest_paths(
     label: str | None = None,
     prune: bool = False,
     principal: str | None = None,
+    progress: bool = False,
 ) -> IngestReport:
     """Ingest every readable file under ``paths``; with ``prune``, drop vanished files' documents."""
     paths = [Path(p) for p in paths]
@@ -175,7 +180,7 @@ def ingest_paths(
         for rec in store.documents().values():
             if rec.origin and any(_under(rec.origin, r) for r in roots) and rec.doc not in loaded:
                 missing.append(rec.doc)
-    return ingest_documents(store, docs, settings, label, principal, origins, missing)
+    return ingest_documents(store, docs, settings, label, principal, origins, missing, progress=progress)
 
 
 def _under(path: str, root: str) -> bool:
