@@ -23,6 +23,7 @@ demo: $(STAMP)
 
 test: $(STAMP)
 	bash scripts/install-postgres.sh
+	bash scripts/install-chromium.sh
 	$(BIN)/python scripts/pg_loopback.py run -- $(BIN)/python -m pytest -q
 
 clean:

@@ -20,7 +20,8 @@ from pathlib import Path
 import numpy as np
 from fastapi import Depends, FastAPI, HTTPException, Request
 from fastapi.exceptions import RequestValidationError
-from fastapi.responses import JSONResponse, StreamingResponse
+from fastapi.responses import FileResponse, JSONResponse, StreamingResponse
+from fastapi.staticfiles import StaticFiles
 from pydantic import BaseModel, Field
 
 from .. import guard
@@ -57,6 +58,11 @@ class ServerConfig:
     # no auth, any claimed source, no quarantine, literal blocklists, unconfined file tool.
     profile: str = "hardened"
 
+
+# The page runs only its own script and styles; nothing from a document can execute.
+UI_HEADERS = {"Content-Security-Policy": "default-src 'self'; script-src 'self'; style-src 'self'; img-src 'self'; "
+              "object-src 'none'; frame-ancestors 'none'; base-uri 'none'",
+              "X-Content-Type-Options": "nosniff", "Referrer-Policy": "no-referrer"}
 
 BASELINE_ALL = Principal("anyone", "admin", frozenset({"public", "internal", "restricted"}), trusted=True)
 BLOCKLIST = ("ignore previous instructions", "password", "secret")  # the naive literal filter
@@ -136,7 +142,10 @@ def create_app(cfg: ServerConfig) -> FastAPI:
         size = request.headers.get("content-length")
         if size and size.isdigit() and int(size) > cfg.max_body:
             return JSONResponse({"error": f"request body over {cfg.max_body} bytes"}, status_code=413)
-        return await call_next(request)
+        response = await call_next(request)
+        if request.url.path == "/" or request.url.path.startswith("/ui/"):
+            response.headers.update(UI_HEADERS)
+        return response
 
     def principal(request: Request) -> Principal:
         if baseline:
@@ -168,6 +177,17 @@ def create_app(cfg: ServerConfig) -> FastAPI:
 
     # ------------------------------------------------------------ reading
 
+    static = Path(__file__).parent / "static"
+    app.mount("/ui", StaticFiles(directory=static), name="ui")
+
+    @app.get("/", include_in_schema=False)
+    def index():
+        return FileResponse(static / "index.html", headers=UI_HEADERS)
+
+    @app.get("/whoami")
+    def whoami(who: Principal = Depends(principal)) -> dict:
+        return {"name": who.name, "role": who.role, "clearance": sorted(who.clearance)}
+
     @app.get("/health")
     def health() -> dict:
         eng = holder["engine"]
@@ -193,8 +213,13 @@ def create_app(cfg: ServerConfig) -> FastAPI:
             eng = Engine(override(settings, top_k=body.top_k), eng.index, eng.documents, list(eng.labels), eng.generation,
                          store=eng.store)
         r = eng.retrieve(body.query, safeguards=True, labels=sorted(who.clearance))
+        records = cfg.store.documents() if r.hits else {}
         sources = [{"doc": h.chunk.doc, "chunk": h.chunk.index, "id": h.chunk.id, "hybrid": h.hybrid, "kw": h.kw,
-                    "em": h.em, "raw_kw": h.raw_kw, "raw_em": h.raw_em} for h in r.hits]
+                    "em": h.em, "raw_kw": h.raw_kw, "raw_em": h.raw_em, "text": h.chunk.text,
+                    "label": records[h.chunk.doc].label if h.chunk.doc in records else "",
+                    "principal": records[h.chunk.doc].principal if h.chunk.doc in records else "",
+                    "ingested_at": records[h.chunk.doc].ingested_at if h.chunk.doc in records else ""}
+                   for h in r.hits]
         if body.stream:
             return StreamingResponse(_stream(body.query, r, who, sources, flags, safe_query), media_type="text/event-stream")
         answer, mode, tool_results, out_flags = _answer(body.query, r, who)
@@ -227,7 +252,9 @@ def create_app(cfg: ServerConfig) -> FastAPI:
         return text, mode, tool_results, out_flags
 
     def _stream(question, r, who, sources, flags, safe_query):
-        yield f"event: sources\ndata: {json.dumps({'sources': sources, 'refused': r.refused, 'reason': r.reason})}\n\n"
+        head = {"sources": sources, "refused": r.refused, "reason": r.reason, "capped": r.capped,
+                "best_raw_em": r.best_raw_em, "best_raw_kw": r.best_raw_kw}
+        yield f"event: sources\ndata: {json.dumps(head)}\n\n"
         # The whole answer passes the output guard before any of it leaves: a secret
         # split across streamed pieces could not be caught piece by piece.
         answer, mode, tools, out_flags = _answer(question, r, who)
