@@ -67,7 +67,7 @@ def scaling(sizes=(10_000, 100_000, 1_000_000), queries: int = 200) -> list[dict
     from microrag import override, preset
     from microrag.chunk import Chunk
     from microrag.evaluate import load_beir
-    from microrag.index import Index, bm25_tokens, make_keyword
+    from microrag.index import Index, make_keyword
     from microrag.pipeline import _maybe_ann
     from microrag.retrieve import retrieve
 

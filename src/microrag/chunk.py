@@ -202,8 +202,8 @@ def approx_tokens(text: str) -> int:
 def _blocks(text: str) -> list[tuple[int, int]]:
     """Paragraph-like blocks: blank lines end one; headings, list items, table rows stand alone."""
     blocks: list[tuple[int, int]] = []
-    start = None
-    pos = 0
+    start: int | None = None
+    pos = prev_end = 0
     for line in text.splitlines(keepends=True):
         s, e = pos, pos + len(line.rstrip("\r\n"))
         pos += len(line)
