@@ -22,8 +22,8 @@ from pathlib import Path
 
 import numpy as np
 
-from .config import Settings, override
-from .errors import CorpusError, ModelMissingError
+from .config import Settings
+from .errors import CorpusError
 from .index import make_embedder, make_keyword
 from .retrieve import dynamic_w_kw, fuse_minmax, fuse_rrf
 
@@ -171,10 +171,7 @@ ABLATION = [
 
 def evaluate(ds: Dataset, settings: Settings, cache: Path | None = None, ablation: bool = True) -> list[dict]:
     """Rows of metrics: the configured setting first, then the leg ablation."""
-    try:
-        scorer = Scorer(ds, settings, cache)
-    except ModelMissingError:
-        raise
+    scorer = Scorer(ds, settings, cache)
     configs = [("configured", settings.fusion, settings.w_kw, settings.dynamic_w_kw)]
     if ablation:
         configs += [(name, fusion, w, False) for name, fusion, w in ABLATION]
@@ -186,10 +183,6 @@ def evaluate(ds: Dataset, settings: Settings, cache: Path | None = None, ablatio
         row["recall@2"], row["recall@5"] = recall_at(ds.qrels, run, 2), recall_at(ds.qrels, run, 5)
         rows.append(row)
     return rows
-
-
-def settings_for_eval(settings: Settings, **changes) -> Settings:
-    return override(settings, **changes)
 
 
 # ---------------------------------------------------------------- the grounding gate
