@@ -119,6 +119,12 @@ def test_rank_database_is_capped_and_diverse(rank_lines):
     assert len(set(docs)) >= 2
 
 
+def test_rank_refuses_empty_lines():
+    proc = run_cli("rank", "--preset", "seed", "--corpus", str(FIXTURES / "assignment-chunks.jsonl"),
+                   stdin="\n   \nvpn globalprotect access\n")
+    assert proc.stdout.splitlines()[:2] == ["REFUSE", "REFUSE"] and proc.stdout.splitlines()[2].startswith("OK: ")
+
+
 def test_rank_line_format():
     from microrag.retrieve import Retrieval
 

@@ -201,6 +201,15 @@ def test_bad_input_is_a_4xx_json_error(srv, payload, code):
     assert r.status_code == code and "error" in r.json()
 
 
+def test_error_shapes_are_uniform(srv):
+    r = httpx.get(srv.url + "/no/such/route")
+    assert r.status_code == 404 and r.json()["error"]
+    r = httpx.put(srv.url + "/query", json={"query": "x"})
+    assert r.status_code == 405 and r.json()["error"]
+    r = httpx.post(srv.url + "/query", content=b"{oops", headers={"content-type": "application/json"})
+    assert r.json()["error"] == "invalid request: the body is not valid JSON"
+
+
 def test_body_size_limit(srv):
     r = srv.call("POST", "/ingest", "trusted", content=b"x" * 1_100_000, headers={"content-type": "application/json"})
     assert r.status_code == 413 and "error" in r.json()

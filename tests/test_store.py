@@ -135,6 +135,18 @@ def test_filtered_retrieval_happens_before_top_k(store, tmp_path):
     assert eng.retrieve("kiwi fruit", safeguards=True, labels=[]).refused
 
 
+def test_reserved_labels_are_never_retrieved_by_default(store, tmp_path):
+    corpus = write(tmp_path / "docs", {"ok.md": "Kiwi fruit facts for everyone.", "held.md": "Kiwi fruit secret plan."})
+    ingest_paths(store, [corpus / "ok.md"], override(SEED, keyword="bm25"))
+    ingest_paths(store, [corpus / "held.md"], override(SEED, keyword="bm25"), label="_quarantine")
+    for remote in ([False, True] if hasattr(store, "search") else [False]):
+        eng = Engine.from_store(store, override(SEED, keyword="bm25"), remote=remote)
+        docs = {h.chunk.doc for h in eng.retrieve("kiwi fruit", safeguards=False).hits}
+        assert docs == {"ok.md"}, remote
+        assert not eng.retrieve("kiwi fruit", labels=["_quarantine", "public"]).hits or \
+            {h.chunk.doc for h in eng.retrieve("kiwi fruit", labels=["_quarantine", "public"]).hits} == {"ok.md"}
+
+
 def test_index_refuses_incompatible_settings(store, tmp_path):
     ingest_paths(store, [write(tmp_path / "docs", CORPUS)], SEED)
     with pytest.raises(ConfigError, match="built with"):

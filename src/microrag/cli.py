@@ -72,7 +72,7 @@ def _common() -> argparse.ArgumentParser:
                         "character chunks + TF-IDF + hashed embedding (default: what the index was "
                         "built with, else 'default')")
     g.add_argument("--top-k", type=_positive_int, metavar="N", help="how many chunks to return (spec default 4)")
-    g.add_argument("--w-kw", type=_unit_float, metavar="W", help="keyword weight in the blend, 0..1 (default 0.5)")
+    g.add_argument("--w-kw", type=_unit_float, metavar="W", help="keyword weight in the blend, 0..1 (default: 0.4; seed preset 0.5)")
     g.add_argument("--fusion", choices=FUSIONS, help="how the two legs are combined (default minmax)")
     g.add_argument("--max-per-source", type=_positive_int, metavar="N",
                    help="diversity cap: at most N chunks per document, 0 = off (default 2)")
@@ -90,7 +90,7 @@ def build_parser() -> argparse.ArgumentParser:
         prog="microrag",
         description="microRAG: chunk -> index (keyword + embedding) -> hybrid retrieve -> augment -> generate.",
         epilog="Examples:\n"
-               "  microrag ingest docs/\n"
+               "  microrag ingest my-docs/\n"
                "  microrag retrieve \"how do I reset my password?\"\n"
                "  microrag ask \"how many vacation days do I get?\"\n"
                "  printf 'vpn access\\n' | microrag rank --corpus chunks.jsonl\n"
@@ -244,6 +244,8 @@ def cmd_rank(args: argparse.Namespace) -> int:
 
 
 def cmd_ask(args: argparse.Namespace) -> int:
+    if not args.query.strip():
+        raise MicroRAGError("the question is empty")
     engine = _engine(args)
     llm = LLMConfig.from_env()
     if not args.quiet:

@@ -99,10 +99,22 @@ class Engine:
         return cls(settings, index, docs, labels=snap.labels, generation=snap.generation)
 
     def mask(self, labels: Iterable[str] | None) -> np.ndarray | None:
-        """Boolean mask of chunks whose label is in ``labels`` (``None`` = no filter)."""
+        """Boolean mask of chunks whose label is in ``labels``.
+
+        ``None`` means every label except the reserved ones (``_quarantine``): content
+        waiting for review is never retrievable, whoever asks and however.
+        """
         if labels is None:
-            return None
-        return np.isin(self.labels, list(labels))
+            reserved = np.array([str(x).startswith("_") for x in self.labels], dtype=bool)
+            return ~reserved if reserved.any() else None
+        return np.isin(self.labels, [x for x in labels if not x.startswith("_")])
+
+    def _visible_labels(self, labels: Iterable[str] | None) -> list[str] | None:
+        """For database-side retrieval: the label filter to send (reserved labels never)."""
+        if labels is not None:
+            return [x for x in labels if not x.startswith("_")]
+        present = {d.label for d in self.store.documents().values()}
+        return sorted(x for x in present if not x.startswith("_")) if any(x.startswith("_") for x in present) else None
 
     @classmethod
     def from_documents(cls, docs: list[Document], settings: Settings, progress: bool = False) -> "Engine":
@@ -134,8 +146,7 @@ class Engine:
             safeguards = self.settings.safeguards_on_retrieve
         if self.store is not None:
             qvec = self.index.embedder.embed([query])[0]
-            found, ceiling = self.store.search(query, qvec, None if labels is None else list(labels),
-                                               n=self.settings.first_pass)
+            found, ceiling = self.store.search(query, qvec, self._visible_labels(labels), n=self.settings.first_pass)
             return rank_candidates(query, [c for c, _, _ in found], np.array([k for _, k, _ in found]),
                                    np.array([e for _, _, e in found]), self.settings, safeguards, ceiling)
         return retrieve(self.index, query, self.settings, safeguards=safeguards, allowed=self.mask(labels))

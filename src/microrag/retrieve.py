@@ -208,6 +208,8 @@ def retrieve(
     allowed: np.ndarray | None = None,
 ) -> Retrieval:
     """Rank ``index`` for ``query``. ``allowed`` is a boolean mask of visible chunks."""
+    if not query.strip():
+        return Retrieval(query, [], refused=True, reason="the query is empty")
     cand = np.arange(len(index.chunks)) if allowed is None else np.flatnonzero(allowed)
     if cand.size == 0:
         return Retrieval(query, [], refused=safeguards, reason="no chunks are visible to this caller" if safeguards else "")
@@ -251,6 +253,8 @@ def rank_candidates(
     """
     if not chunks:
         return Retrieval(query, [], refused=safeguards, reason="nothing matched the query" if safeguards else "")
+    # float64 throughout: float32 cosines would let a blend print as 1.0000000238
+    raw_kw, raw_em = np.asarray(raw_kw, dtype=np.float64), np.asarray(raw_em, dtype=np.float64)
     kw_n, em_n = minmax(raw_kw), minmax(raw_em)
     w_kw = dynamic_w_kw(query, settings.w_kw) if settings.dynamic_w_kw else settings.w_kw
     if settings.fusion == "rrf":

@@ -22,6 +22,7 @@ from fastapi import Depends, FastAPI, HTTPException, Request
 from fastapi.exceptions import RequestValidationError
 from fastapi.responses import FileResponse, JSONResponse, StreamingResponse
 from fastapi.staticfiles import StaticFiles
+from starlette.exceptions import HTTPException as StarletteHTTPException
 from pydantic import BaseModel, Field
 
 from .. import guard
@@ -126,13 +127,18 @@ def create_app(cfg: ServerConfig) -> FastAPI:
     async def _user_error(_: Request, exc: MicroRAGError):
         return JSONResponse({"error": str(exc)}, status_code=400)
 
-    @app.exception_handler(HTTPException)
-    async def _http_error(_: Request, exc: HTTPException):
+    @app.exception_handler(StarletteHTTPException)  # also 404/405 from routing
+    async def _http_error(_: Request, exc: StarletteHTTPException):
         return JSONResponse({"error": exc.detail}, status_code=exc.status_code, headers=exc.headers)
 
     @app.exception_handler(RequestValidationError)
     async def _invalid(_: Request, exc: RequestValidationError):
         first = exc.errors()[0] if exc.errors() else {}
+        if first.get("type") == "json_invalid":
+            return JSONResponse({"error": "invalid request: the body is not valid JSON"}, status_code=422)
+        if first.get("type") == "model_attributes_type":
+            return JSONResponse({"error": "invalid request: send a JSON object with content-type: application/json"},
+                                status_code=422)
         where = ".".join(str(x) for x in first.get("loc", ()) if x != "body")
         return JSONResponse({"error": f"invalid request: {where or 'body'}: {first.get('msg', 'malformed')}"},
                             status_code=422)
