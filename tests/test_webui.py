@@ -40,9 +40,12 @@ def ui(tmp_path_factory):
     srv.stop()
 
 
-def use_key(page, key: str) -> None:
+def use_key(page, key: str, ready: str | None = None) -> None:
+    """Enter ``key`` in the header form; wait for ``ready`` (a selector) when given."""
     page.fill("#apikey", key)
     page.press("#apikey", "Enter")
+    if ready:
+        page.wait_for_selector(ready)
 
 
 def ask(page, question: str) -> None:
@@ -88,8 +91,7 @@ def test_reader_never_sees_restricted_chunks(ui):
 def test_upload_review_and_retrieve(ui):
     srv, page, shots = ui
     page.goto(srv.url + "/")
-    use_key(page, srv.key["contrib"])
-    page.wait_for_selector("#contribute:not([hidden])")
+    use_key(page, srv.key["contrib"], ready="#contribute:not([hidden])")
     page.fill("#upsource", "facilities/capybara.md")
     page.fill("#upbody", "# Capybara lounge\n\nThe capybara lounge is on floor 7, next to the library.")
     page.click("#uploadform button[type=submit]")
@@ -97,8 +99,7 @@ def test_upload_review_and_retrieve(ui):
     page.screenshot(path=str(shots / "upload.png"), full_page=True)
     doc = page.inner_text("#upstatus").split(":")[0]
 
-    use_key(page, srv.key["admin"])
-    page.wait_for_selector("#admin:not([hidden])")
+    use_key(page, srv.key["admin"], ready="#admin:not([hidden])")
     page.wait_for_selector(f"#queue button[aria-label='Approve {doc}']")
     page.screenshot(path=str(shots / "admin.png"), full_page=True)
     page.click(f"#queue button[aria-label='Approve {doc}']")

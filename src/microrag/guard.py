@@ -278,6 +278,6 @@ def injection_check(text: str, threshold: float = 0.5) -> InjectionVerdict:
     if _SYSTEM_PATH.search(canon):
         reasons.append("system or traversal path")
     for _, _, view, decoded in decoded_views(canon):
-        if injection_check(decoded, threshold).suspicious if view else False:
+        if injection_check(decoded, threshold).suspicious:
             reasons.append(f"injection hidden in {view}")
     return InjectionVerdict(bool(reasons), tuple(reasons), best)

@@ -53,6 +53,7 @@ class Engine:
         labels: list[str] | None = None,
         generation: int = 0,
         store=None,
+        records: dict | None = None,
     ) -> None:
         self.settings = settings
         self.index = index
@@ -60,6 +61,8 @@ class Engine:
         # With a store that searches by itself (Postgres), retrieval runs there: this
         # process holds no chunks, so any number of stateless replicas can serve.
         self.store = store
+        # Document metadata (label, provenance) as of load time; {} for in-memory corpora.
+        self.records = records or {}
         # Per-chunk sensitivity label; in-memory corpora are all public.
         self.labels = np.array(labels if labels is not None else ["public"] * len(index.chunks), dtype=object)
         self.generation = generation
@@ -86,7 +89,7 @@ class Engine:
             embedder = make_embedder(settings.embedder)
             index = Index([], None, embedder, np.zeros((0, embedder.dim), dtype=np.float32))
             return cls(settings, index, [Document(d, "") for d in docs], labels=[], generation=store.generation(),
-                       store=store)
+                       store=store, records=docs)
         snap = store.snapshot()
         check_compatible(snap.meta, settings)
         if not snap.chunks:
@@ -96,7 +99,7 @@ class Engine:
         cache = getattr(store, "cache_path", lambda name: None)(f"hnsw-{snap.generation}.faiss")
         index = Index(snap.chunks, keyword, embedder, snap.vectors, ann=_maybe_ann(snap.vectors, settings, cache))
         docs = [Document(d, "") for d in snap.documents]
-        return cls(settings, index, docs, labels=snap.labels, generation=snap.generation)
+        return cls(settings, index, docs, labels=snap.labels, generation=snap.generation, records=snap.documents)
 
     def mask(self, labels: Iterable[str] | None) -> np.ndarray | None:
         """Boolean mask of chunks whose label is in ``labels``.
@@ -113,7 +116,7 @@ class Engine:
         """For database-side retrieval: the label filter to send (reserved labels never)."""
         if labels is not None:
             return [x for x in labels if not x.startswith("_")]
-        present = {d.label for d in self.store.documents().values()}
+        present = {d.label for d in self.records.values()}
         return sorted(x for x in present if not x.startswith("_")) if any(x.startswith("_") for x in present) else None
 
     @classmethod
@@ -155,7 +158,7 @@ class Engine:
     def n_chunks(self) -> int:
         """Chunks behind this engine (counted in the store when retrieval is remote)."""
         if self.store is not None:
-            return sum(d.n_chunks for d in self.store.documents().values())
+            return sum(d.n_chunks for d in self.records.values())
         return len(self.index.chunks)
 
     def rank(self, query: str, labels: Iterable[str] | None = None) -> Retrieval:

@@ -28,7 +28,7 @@ from pydantic import BaseModel, Field
 from .. import guard
 from ..augment import build_messages
 from ..chunk import Document, load_documents
-from ..config import Settings
+from ..config import Settings, override
 from ..errors import MicroRAGError
 from ..generate import ChatStream, LLMConfig, extractive_answer
 from ..ingest import delete_documents, ingest_documents
@@ -215,11 +215,10 @@ def create_app(cfg: ServerConfig) -> FastAPI:
             raise MicroRAGError("the index is empty; ingest documents first")
         settings = eng.settings
         if body.top_k:
-            from ..config import override
             eng = Engine(override(settings, top_k=body.top_k), eng.index, eng.documents, list(eng.labels), eng.generation,
-                         store=eng.store)
+                         store=eng.store, records=eng.records)
         r = eng.retrieve(body.query, safeguards=True, labels=sorted(who.clearance))
-        records = cfg.store.documents() if r.hits else {}
+        records = eng.records  # loaded with the engine: no store round trip per query
         sources = [{"doc": h.chunk.doc, "chunk": h.chunk.index, "id": h.chunk.id, "hybrid": h.hybrid, "kw": h.kw,
                     "em": h.em, "raw_kw": h.raw_kw, "raw_em": h.raw_em, "text": h.chunk.text,
                     "label": records[h.chunk.doc].label if h.chunk.doc in records else "",
