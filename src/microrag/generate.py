@@ -26,7 +26,7 @@ import numpy as np
 
 from .augment import citation
 from .chunk import sentence_spans
-from .errors import LLMError
+from .errors import ConfigError, LLMError
 from .index import bm25_tokens
 from .retrieve import Retrieval
 
@@ -45,6 +45,7 @@ class LLMConfig:
     api_key: str = field(default="", repr=False)
     model: str = "default"
     temperature: float = 0.2
+    max_tokens: int | None = None  # cap the reply (LLM_MAX_TOKENS); small local models can ramble
     max_retries: int = 2  # extra attempts after the first, for drops before any token
     timeout: float = 60.0
     backoff: float = 0.5  # seconds, doubled per retry
@@ -56,7 +57,11 @@ class LLMConfig:
         url = env.get("LLM_BASE_URL", "").strip()
         if not url:
             return None
-        return cls(base_url=url.rstrip("/"), api_key=env.get("LLM_API_KEY", ""), model=env.get("LLM_MODEL", "") or "default")
+        cap = env.get("LLM_MAX_TOKENS", "").strip()
+        if cap and not cap.isdigit():
+            raise ConfigError(f"LLM_MAX_TOKENS must be a whole number, got {cap!r}")
+        return cls(base_url=url.rstrip("/"), api_key=env.get("LLM_API_KEY", ""),
+                   model=env.get("LLM_MODEL", "") or "default", max_tokens=int(cap) if cap else None)
 
 
 def parse_sse_line(line: str) -> str | None:
@@ -101,6 +106,8 @@ class ChatStream:
         if cfg.api_key:
             headers["Authorization"] = f"Bearer {cfg.api_key}"
         payload = {"model": cfg.model, "messages": self.messages, "temperature": cfg.temperature, "stream": True}
+        if cfg.max_tokens:
+            payload["max_tokens"] = cfg.max_tokens
         last_problem = ""
         for attempt in range(cfg.max_retries + 1):
             self.attempts = attempt + 1

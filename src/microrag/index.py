@@ -206,6 +206,20 @@ def _minilm_files() -> tuple[Path, Path]:
     return Path(onnx), Path(tok)
 
 
+def ort_session(path: Path):
+    """An onnxruntime CPU session sized for this process (shared by embedder, NLI, reranker)."""
+    import onnxruntime as ort
+
+    opts = ort.SessionOptions()
+    opts.log_severity_level = 3
+    # onnxruntime sizes its pool from the host's cores, not our cgroup's: oversubscribed
+    # threads ran 3x slower here. Use the CPUs this process may actually run on.
+    opts.intra_op_num_threads = max(1, len(os.sched_getaffinity(0))) if hasattr(os, "sched_getaffinity") else 0
+    # Idle pool threads must not spin: they would steal the cores BLAS and the server need.
+    opts.add_session_config_entry("session.intra_op.allow_spinning", "0")
+    return ort.InferenceSession(str(path), opts, providers=["CPUExecutionProvider"])
+
+
 class MiniLMEmbedder:
     """all-MiniLM-L6-v2: WordPiece -> ONNX encoder -> masked mean pool -> L2 norm."""
 
@@ -227,14 +241,7 @@ class MiniLMEmbedder:
         self.counter = Tokenizer.from_file(str(tok))  # untruncated, for chunk budgets
         self.counter.no_truncation()
         self.counter.no_padding()
-        opts = ort.SessionOptions()
-        opts.log_severity_level = 3
-        # onnxruntime sizes its pool from the host's cores, not our cgroup's: oversubscribed
-        # threads ran 3x slower here. Use the CPUs this process may actually run on.
-        opts.intra_op_num_threads = max(1, len(os.sched_getaffinity(0))) if hasattr(os, "sched_getaffinity") else 0
-        # Idle pool threads must not spin: they would steal the cores BLAS and the server need.
-        opts.add_session_config_entry("session.intra_op.allow_spinning", "0")
-        self.session = ort.InferenceSession(str(onnx), opts, providers=["CPUExecutionProvider"])
+        self.session = ort_session(onnx)
         self.inputs = {i.name for i in self.session.get_inputs()}
 
     def count_tokens(self, text: str) -> int:

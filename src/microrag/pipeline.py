@@ -22,6 +22,7 @@ from .errors import ConfigError, CorpusError
 from .generate import ChatStream, LLMConfig, extractive_answer
 from .index import Index, build_index, make_embedder, make_keyword
 from .retrieve import Retrieval, rank_candidates, retrieve
+from .verify import Verification, verify
 
 
 log = logging.getLogger("microrag")
@@ -40,6 +41,7 @@ class Answer:
     mode: str  # "llm" or "extractive"
     retrieval: Retrieval
     truncated: bool = False
+    verification: Verification | None = None  # set when asked to verify (step 6)
 
 
 class Engine:
@@ -171,23 +173,38 @@ class Engine:
         llm: LLMConfig | None = None,
         on_piece: Callable[[str], None] | None = None,
         labels: Iterable[str] | None = None,
+        verify: bool = False,
     ) -> Answer:
-        """Steps 3-5. With ``llm`` the model answers (streamed to ``on_piece``); else extractive.
+        """Steps 3-5 (and 6 with ``verify``). With ``llm`` the model answers
+        (streamed to ``on_piece``); else extractive.
 
         A refusal by the grounding gate never reaches the model: there is nothing
-        to ground an answer on, and a model asked anyway tends to guess.
+        to ground an answer on, and a model asked anyway tends to guess. With
+        ``verify`` and a ``drop``/``refuse`` policy, ``Answer.text`` is the text
+        after the policy; pieces already streamed are the model's raw words.
         """
         retrieval = self.retrieve(query, safeguards=True, labels=labels)
         if llm is None or retrieval.refused:
             text = extractive_answer(query, retrieval, self.index.embedder)
             if on_piece:
                 on_piece(text)
-            return Answer(text, "extractive", retrieval)
-        stream = ChatStream(llm, build_messages(query, retrieval.hits))
-        pieces: list[str] = []
-        for piece in _tee(stream, on_piece):
-            pieces.append(piece)
-        return Answer("".join(pieces), "llm", retrieval, truncated=stream.truncated)
+            ans = Answer(text, "extractive", retrieval)
+        else:
+            stream = ChatStream(llm, build_messages(query, retrieval.hits))
+            pieces = list(_tee(stream, on_piece))
+            ans = Answer("".join(pieces), "llm", retrieval, truncated=stream.truncated)
+        if verify and not retrieval.refused:
+            ans.verification = self.verify(ans.text, retrieval)
+            ans.text = ans.verification.text
+        return ans
+
+    def verify(self, answer: str, retrieval: Retrieval) -> Verification:
+        """Step 6: every sentence of ``answer`` against the retrieved chunks (settings' backend and policy)."""
+        from .nli import load_nli
+
+        s = self.settings
+        return verify(answer, [(h.chunk.id, h.chunk.text) for h in retrieval.hits], load_nli(s.nli),
+                      policy=s.verify_policy, min_entail=s.min_entail, min_contra=s.min_contra)
 
 
 def _maybe_ann(vectors: np.ndarray, settings: Settings, cache: Path | None = None):

@@ -36,13 +36,14 @@ class Hit:
     em: float  # embedding leg, normalised over the candidates
     raw_kw: float
     raw_em: float
+    rerank: float | None = None  # p(relevant) from the cross-encoder, when reranking is on
 
     def as_dict(self) -> dict[str, Any]:
         c = self.chunk
         return {
             "id": c.id, "doc": c.doc, "chunk": c.index, "start": c.start, "end": c.end,
             "hybrid": self.hybrid, "kw": self.kw, "em": self.em,
-            "raw_kw": self.raw_kw, "raw_em": self.raw_em, "text": c.text,
+            "raw_kw": self.raw_kw, "raw_em": self.raw_em, "rerank": self.rerank, "text": c.text,
         }
 
 
@@ -269,12 +270,19 @@ def rank_candidates(
         reason = grounding_gate(sig, settings)
         if reason:
             return Retrieval(query, [], refused=True, reason=reason, best_raw_kw=best_kw, best_raw_em=best_em)
+    order, rr = hybrid, {}
+    if settings.rerank:
+        from .rerank import blend, load_reranker, relevance
+
+        top = _ranked(hybrid, settings.rerank_depth)
+        p_rel = relevance(load_reranker(), query, [chunks[i].text for i in top])
+        order, rr = blend(hybrid, top, p_rel, settings.w_rerank), dict(zip(top, p_rel))
     # Deterministic ties: higher score first, then candidate (corpus) order.
     cap = settings.max_per_source if safeguards else 0
-    kept, skipped = diversity_cap(_ranked(hybrid, settings.top_k * 8), _Docs(chunks), settings.top_k, cap)
+    kept, skipped = diversity_cap(_ranked(order, settings.top_k * 8), _Docs(chunks), settings.top_k, cap)
     if len(kept) < settings.top_k and len(kept) + len(skipped) < len(chunks):
         # The cap ate the shortlist: walk the full ranking instead.
-        kept, skipped = diversity_cap(_ranked(hybrid, len(chunks)), _Docs(chunks), settings.top_k, cap)
-    hits = [Hit(chunks[j], float(hybrid[j]), float(kw_n[j]), float(em_n[j]), float(raw_kw[j]), float(raw_em[j]))
-            for j in kept]
+        kept, skipped = diversity_cap(_ranked(order, len(chunks)), _Docs(chunks), settings.top_k, cap)
+    hits = [Hit(chunks[j], float(hybrid[j]), float(kw_n[j]), float(em_n[j]), float(raw_kw[j]), float(raw_em[j]),
+                float(rr[j]) if j in rr else None) for j in kept]
     return Retrieval(query, hits, best_raw_kw=best_kw, best_raw_em=best_em, capped=[chunks[j].id for j in skipped])

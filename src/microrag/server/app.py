@@ -55,6 +55,7 @@ class ServerConfig:
     tools_dir: Path | None = None  # None = the file tool is off
     max_body: int = 1_000_000
     rate_per_minute: int = 120
+    verify: bool = True  # NLI-check every answer sentence (requests may turn it off)
     # "lab-baseline" reproduces the naive server of the spec, to prove the attacks real:
     # no auth, any claimed source, no quarantine, literal blocklists, unconfined file tool.
     profile: str = "hardened"
@@ -73,6 +74,7 @@ class QueryIn(BaseModel):
     query: str = Field(min_length=1, max_length=4000)
     top_k: int | None = Field(default=None, ge=1, le=50)
     stream: bool = False
+    verify: bool | None = None  # None: the server's default
 
 
 class IngestIn(BaseModel):
@@ -218,6 +220,7 @@ def create_app(cfg: ServerConfig) -> FastAPI:
             eng = Engine(override(settings, top_k=body.top_k), eng.index, eng.documents, list(eng.labels), eng.generation,
                          store=eng.store, records=eng.records)
         r = eng.retrieve(body.query, safeguards=True, labels=sorted(who.clearance))
+        check = cfg.verify if body.verify is None else body.verify
         records = eng.records  # loaded with the engine: no store round trip per query
         sources = [{"doc": h.chunk.doc, "chunk": h.chunk.index, "id": h.chunk.id, "hybrid": h.hybrid, "kw": h.kw,
                     "em": h.em, "raw_kw": h.raw_kw, "raw_em": h.raw_em, "text": h.chunk.text,
@@ -226,23 +229,33 @@ def create_app(cfg: ServerConfig) -> FastAPI:
                     "ingested_at": records[h.chunk.doc].ingested_at if h.chunk.doc in records else ""}
                    for h in r.hits]
         if body.stream:
-            return StreamingResponse(_stream(body.query, r, who, sources, flags, safe_query), media_type="text/event-stream")
-        answer, mode, tool_results, out_flags = _answer(body.query, r, who)
+            return StreamingResponse(_stream(body.query, r, who, sources, flags, safe_query, check),
+                                     media_type="text/event-stream")
+        answer, mode, tool_results, out_flags, checked = _answer(body.query, r, who, check)
         decision = "refused" if r.refused else "answered"
         cfg.state.audit(who.name, "query", safe_query, [{"id": s["id"], "hybrid": round(s["hybrid"], 4)} for s in sources],
                         decision, flags + out_flags)
         return {"answer": answer, "sources": sources, "refused": r.refused, "reason": r.reason, "mode": mode,
                 "capped": r.capped, "flags": flags + out_flags,
-                "tools": [t.__dict__ for t in tool_results]}
+                "tools": [t.__dict__ for t in tool_results], "verification": checked}
 
-    def _answer(question: str, r, who: Principal):
+    def _answer(question: str, r, who: Principal, check: bool = False):
         out_flags: list[str] = []
         tool_results = []
+        verification = None
         if cfg.llm is None or r.refused:
             text, mode = extractive_answer(question, r, holder["engine"].index.embedder), "extractive"
         else:
             stream = ChatStream(cfg.llm, build_messages(question, r.hits, spotlight=not baseline))
             text, mode = "".join(stream), "llm"
+        if check and not r.refused:
+            # Before tool output is appended and before redaction: the model's own words
+            # against the chunks it was given. drop/refuse rewrite the text here.
+            v = holder["engine"].verify(text, r)
+            text, verification = v.text, v.to_dict()
+            if not v.grounded:
+                out_flags.append("verify: " + v.summary())
+        if mode == "llm":
             tool_results = run_tool_calls(text, [h.chunk.text for h in r.hits], cfg.tools_dir, who.clearance,
                                           confined=not baseline)
             for t in tool_results:
@@ -254,20 +267,25 @@ def create_app(cfg: ServerConfig) -> FastAPI:
             if found:
                 text = redacted
                 out_flags.append("output: redacted " + ", ".join(f"{k} x{v}" for k, v in guard.summary(found).items()))
-        return text, mode, tool_results, out_flags
+        if verification is not None:
+            verification["text"] = text  # what the caller actually receives
+            if cfg.output_guard and not baseline:  # the sentences are model output too
+                for row in verification["sentences"]:
+                    row["sentence"] = guard.redact(row["sentence"])[0]
+        return text, mode, tool_results, out_flags, verification
 
-    def _stream(question, r, who, sources, flags, safe_query):
+    def _stream(question, r, who, sources, flags, safe_query, check=False):
         head = {"sources": sources, "refused": r.refused, "reason": r.reason, "capped": r.capped,
                 "best_raw_em": r.best_raw_em, "best_raw_kw": r.best_raw_kw}
         yield f"event: sources\ndata: {json.dumps(head)}\n\n"
         # The whole answer passes the output guard before any of it leaves: a secret
         # split across streamed pieces could not be caught piece by piece.
-        answer, mode, tools, out_flags = _answer(question, r, who)
+        answer, mode, tools, out_flags, checked = _answer(question, r, who, check)
         for piece in re.findall(r"\S+\s*", answer):
             yield f"data: {json.dumps({'delta': piece})}\n\n"
         cfg.state.audit(who.name, "query", safe_query, [{"id": s["id"], "hybrid": round(s["hybrid"], 4)} for s in sources],
                         "refused" if r.refused else "answered", flags + out_flags)
-        yield f"event: done\ndata: {json.dumps({'mode': mode, 'flags': flags + out_flags})}\n\n"
+        yield f"event: done\ndata: {json.dumps({'mode': mode, 'flags': flags + out_flags, 'verification': checked})}\n\n"
         yield "data: [DONE]\n\n"
 
     @app.get("/documents")

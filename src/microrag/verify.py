@@ -1,0 +1,168 @@
+"""Step 6 - verify: check every answer sentence against the retrieved chunks (NLI).
+
+In:  an answer text and the chunks it was meant to rest on.
+Out: ``Verification`` - per sentence, the best chunk and a verdict
+     (``entailed`` / ``neutral`` = unsupported / ``contradicted``) with its
+     probability, an answer-level summary, and the answer after the policy:
+       * ``flag``   (default) keep the text, attach the verdicts;
+       * ``drop``   remove sentences that are not entailed;
+       * ``refuse`` replace the answer with a refusal if any sentence is not entailed.
+
+A sentence is grounded when at least one chunk entails it. Grounded is not
+true: a poisoned chunk can entail a false sentence. The NLI model is a backend
+(``nli.py``); this module only splits, scores pairs and applies the policy.
+It does not retrieve or generate.
+"""
+
+from __future__ import annotations
+
+import re
+from collections.abc import Sequence
+from dataclasses import asdict, dataclass
+
+from .chunk import sentence_spans
+
+ENTAILED, NEUTRAL, CONTRADICTED = "entailed", "neutral", "contradicted"
+POLICIES = ("flag", "drop", "refuse")
+REFUSAL = "I can't give an answer that the documents support."
+
+# Citation markers the prompt asks models to write: [1], [2, 3], [handbook.md#4].
+_CITATION = re.compile(r"\s*\[(?:\d+(?:\s*,\s*\d+)*|[^\[\]\s]+#\d+)\]")
+_LEADING_CITATIONS = re.compile(r"^(?:\s*\[(?:\d+(?:\s*,\s*\d+)*|[^\[\]\s]+#\d+)\])+")
+_ABBREV = re.compile(r"(?:\b(?:e\.g|i\.e|etc|vs|approx|Dr|Mr|Mrs|Ms|Prof|No|Fig|St|Inc|Ltd|al)\.|\b[A-Z]\.)$")
+# List items: "- x", "* x", "1. x", "2) x" at the start of a line.
+_BULLET = re.compile(r"^\s*(?:[-*\u2022]|\d{1,2}[.)])\s+")
+
+
+@dataclass(frozen=True)
+class SentenceVerdict:
+    """One answer sentence: verdict, its probability, and the chunk behind it."""
+
+    sentence: str
+    verdict: str
+    probability: float
+    chunk: str | None  # chunk id (or context paragraph number) that decided it
+
+
+@dataclass(frozen=True)
+class Verification:
+    """All sentence verdicts, the policy applied and the resulting answer text."""
+
+    sentences: tuple[SentenceVerdict, ...]
+    policy: str
+    text: str
+
+    @property
+    def counts(self) -> dict[str, int]:
+        out = {ENTAILED: 0, NEUTRAL: 0, CONTRADICTED: 0}
+        for s in self.sentences:
+            out[s.verdict] += 1
+        return out
+
+    @property
+    def grounded(self) -> bool:
+        """True when every sentence is entailed by some chunk."""
+        return all(s.verdict == ENTAILED for s in self.sentences)
+
+    def summary(self) -> str:
+        c = self.counts
+        n = len(self.sentences)
+        return (f"{c[ENTAILED]}/{n} sentences supported, {c[NEUTRAL]} unsupported, "
+                f"{c[CONTRADICTED]} contradicted (policy: {self.policy})")
+
+    def to_dict(self) -> dict:
+        return {"policy": self.policy, "grounded": self.grounded, "counts": self.counts,
+                "summary": self.summary(), "text": self.text,
+                "sentences": [asdict(s) for s in self.sentences]}
+
+
+def split_sentences(answer: str) -> list[str]:
+    """Answer sentences: list items are sentences of their own; citations stay attached.
+
+    Sentence boundaries come from ``chunk.sentence_spans`` (which keeps "3.5"
+    whole), then a cut after a common abbreviation ("e.g.", "Dr.") is undone;
+    bullets are stripped and each line starts a new sentence.
+    """
+    out: list[str] = []
+    pending_break = True
+    for line in answer.splitlines():
+        line = _BULLET.sub("", line).strip()
+        if not line:
+            continue
+        for s, e in sentence_spans(line):
+            sent = line[s:e].strip()
+            # A citation after the full stop ("... week. [2] Next") belongs to the sentence before.
+            lead = _LEADING_CITATIONS.match(sent)
+            if out and lead and lead.group(0).strip():
+                out[-1] += " " + lead.group(0).strip()
+                sent = sent[lead.end():].strip()
+            if sent and out and _ABBREV.search(out[-1]) and not pending_break:
+                out[-1] += " " + sent  # "e.g." / "Dr." ended no sentence
+            elif sent:
+                out.append(sent)
+            pending_break = False
+        pending_break = True  # a new line always starts a new sentence
+    return out
+
+
+def strip_citations(sentence: str) -> str:
+    """The claim without its citation markers (they carry no meaning for NLI)."""
+    return _CITATION.sub("", sentence).strip()
+
+
+def decide(probs: Sequence[Sequence[float]], min_entail: float, min_contra: float) -> tuple[str, float, int]:
+    """Verdict for one sentence from its per-chunk (entail, neutral, contradict) rows.
+
+    Entailed if the best chunk's entailment clears ``min_entail``; else
+    contradicted if some chunk's contradiction clears ``min_contra``; else
+    neutral, pointing at the chunk that came closest to supporting it.
+    Returns (verdict, probability, index of the deciding chunk).
+    """
+    best = max(range(len(probs)), key=lambda i: probs[i][0])
+    if probs[best][0] >= min_entail:
+        return ENTAILED, float(probs[best][0]), best
+    worst = max(range(len(probs)), key=lambda i: probs[i][2])
+    if probs[worst][2] >= min_contra:
+        return CONTRADICTED, float(probs[worst][2]), worst
+    return NEUTRAL, float(1.0 - probs[best][0]), best
+
+
+def apply_policy(answer: str, verdicts: Sequence[SentenceVerdict], policy: str) -> str:
+    """The answer text after ``policy`` (see module docstring)."""
+    if policy not in POLICIES:
+        raise ValueError(f"unknown verify policy {policy!r}; choose one of {', '.join(POLICIES)}")
+    bad = [v for v in verdicts if v.verdict != ENTAILED]
+    if policy == "flag" or not bad:
+        return answer
+    if policy == "refuse":
+        return REFUSAL
+    kept = [v.sentence for v in verdicts if v.verdict == ENTAILED]
+    return " ".join(kept) if kept else REFUSAL
+
+
+def verify(
+    answer: str,
+    chunks: Sequence[tuple[str, str]],
+    nli,
+    policy: str = "flag",
+    min_entail: float | None = None,
+    min_contra: float | None = None,
+) -> Verification:
+    """Check ``answer`` against ``chunks`` = [(chunk id, text), ...] with backend ``nli``.
+
+    Thresholds default to the backend's calibrated ones (``nli.min_entail``,
+    ``nli.min_contra``). With no chunks every sentence is unsupported.
+    """
+    min_entail = nli.min_entail if min_entail is None else min_entail
+    min_contra = nli.min_contra if min_contra is None else min_contra
+    sentences = split_sentences(answer)
+    verdicts: list[SentenceVerdict] = []
+    if sentences and chunks:
+        claims = [strip_citations(s) or s for s in sentences]
+        grid = nli.score_grid([t for _, t in chunks], claims)  # [sentence][chunk] -> probs
+        for sent, rows in zip(sentences, grid):
+            verdict, p, i = decide(rows, min_entail, min_contra)
+            verdicts.append(SentenceVerdict(sent, verdict, round(p, 4), chunks[i][0]))
+    else:
+        verdicts = [SentenceVerdict(s, NEUTRAL, 1.0, None) for s in sentences]
+    return Verification(tuple(verdicts), policy, apply_policy(answer, verdicts, policy))

@@ -1,0 +1,76 @@
+"""The optional local LLM: our client against llama.cpp's real OpenAI-compatible server.
+
+Slow (the server loads SmolLM2-135M and generates on the CPU) but part of
+``make test``, which installs llama-cpp-python (scripts/install-llama.sh).
+"""
+
+from __future__ import annotations
+
+import socket
+import subprocess
+import sys
+import time
+
+import httpx
+import pytest
+
+from microrag.generate import ChatStream, LLMConfig
+
+from conftest import ROOT, needs_models
+
+pytestmark = pytest.mark.slow
+
+
+def _free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+@pytest.fixture(scope="module")
+def local_llm():
+    pytest.importorskip("llama_cpp", reason="llama-cpp-python not installed: bash scripts/install-llama.sh")
+    port = _free_port()
+    proc = subprocess.Popen([sys.executable, "-m", "microrag.cli", "local-llm", "--port", str(port), "--n-ctx", "2048", "-q"],
+                            cwd=ROOT, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True)
+    url = f"http://127.0.0.1:{port}/v1"
+    try:
+        deadline = time.monotonic() + 180
+        while True:
+            if proc.poll() is not None:
+                pytest.fail(f"local-llm exited with {proc.returncode}: {proc.stderr.read()[-2000:]}")
+            try:
+                if httpx.get(url + "/models", timeout=2).status_code == 200:
+                    break
+            except httpx.HTTPError:
+                pass
+            if time.monotonic() > deadline:
+                pytest.fail("local-llm did not answer /v1/models within 180 s")
+            time.sleep(0.5)
+        yield url
+    finally:
+        proc.terminate()
+        try:
+            proc.wait(timeout=10)
+        except subprocess.TimeoutExpired:
+            proc.kill()
+
+
+def test_our_client_streams_a_real_reply(local_llm):
+    cfg = LLMConfig(base_url=local_llm, temperature=0.0, max_tokens=40, timeout=120)
+    stream = ChatStream(cfg, [{"role": "user", "content": "Name one colour of the sky."}])
+    pieces = list(stream)
+    assert len(pieces) > 1, "expected a token stream, got one block"
+    assert "".join(pieces).strip() and not stream.truncated
+
+
+@needs_models
+def test_offline_rag_with_the_local_model_and_verification(local_llm):
+    from microrag.config import PRESETS
+    from microrag.pipeline import Engine, demo_corpus
+
+    eng = Engine.from_paths([demo_corpus() / "hr"], PRESETS["default"])
+    cfg = LLMConfig(base_url=local_llm, temperature=0.0, max_tokens=60, timeout=120)
+    ans = eng.ask("how many vacation days do I get?", llm=cfg, verify=True)
+    assert ans.mode == "llm" and ans.text.strip()
+    assert ans.verification is not None and len(ans.verification.sentences) >= 1

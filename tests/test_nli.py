@@ -1,0 +1,129 @@
+"""nli.py: the three backends behind one interface, and the shipped model's behaviour.
+
+Loading code is checked against transformers itself, on tiny random models the
+test builds (numpy safetensors path and ONNX path, label order from config.json).
+"""
+
+from __future__ import annotations
+
+import json
+import time
+
+import numpy as np
+import pytest
+
+from microrag.errors import ConfigError, ModelMissingError
+from microrag.nli import CrossEncoder, LLMJudge, NLIModel, load_nli, shipped_dir, windows
+
+import tiny_models
+from conftest import needs_models
+from test_generate import _delta, _no_proxies, llm_server, sse  # noqa: F401  (fixtures)
+
+PAIRS = [("the cat sat on the mat", "a cat is red"), ("man runs", "the dog is not blue on the park mat"),
+         ("the red dog", "the cat")]
+
+
+# ---------------------------------------------------------------- Hugging Face folders
+
+
+@pytest.mark.parametrize("onnx", [False, True], ids=["safetensors-numpy", "onnx"])
+def test_hf_folder_matches_transformers_and_reads_label_order(tmp_path, onnx):
+    pytest.importorskip("torch", reason="torch is installed by `make test` for this parity check")
+    model = tiny_models.build(tmp_path / "m", onnx=onnx)
+    enc = CrossEncoder(tmp_path / "m")
+    ours = enc.logits(PAIRS)  # batched with padding
+    ref = np.array(tiny_models.reference_logits(model, enc, PAIRS))  # one at a time, no padding
+    assert np.abs(ours - ref).max() < 1e-4
+    # config.json says (contradiction, entailment, neutral): our columns are always (E, N, C)
+    probs = NLIModel(enc).predict(PAIRS)
+    soft = np.exp(ref) / np.exp(ref).sum(axis=1, keepdims=True)
+    assert np.allclose(probs, soft[:, [1, 2, 0]], atol=1e-4)
+
+
+def test_unreadable_label_order_is_a_clear_error(tmp_path):
+    pytest.importorskip("torch", reason="torch is installed by `make test` for this parity check")
+    tiny_models.build(tmp_path / "m")
+    cfg = json.loads((tmp_path / "m" / "config.json").read_text())
+    cfg["id2label"] = {"0": "LABEL_0", "1": "LABEL_1", "2": "LABEL_2"}
+    (tmp_path / "m" / "config.json").write_text(json.dumps(cfg))
+    with pytest.raises(ConfigError, match="label order"):
+        NLIModel(CrossEncoder(tmp_path / "m"))
+
+
+def test_missing_or_foreign_folders_fail_clearly(tmp_path):
+    with pytest.raises(ModelMissingError, match="does not exist"):
+        load_nli(str(tmp_path / "nope"))
+    (tmp_path / "empty").mkdir()
+    with pytest.raises(ModelMissingError, match="config.json"):
+        CrossEncoder(tmp_path / "empty")
+    (tmp_path / "empty" / "config.json").write_text(json.dumps({"model_type": "bert", "id2label": {}}))
+    (tmp_path / "empty" / "vocab.txt").write_text("[PAD]\n[UNK]\n[CLS]\n[SEP]\n")
+    with pytest.raises(ModelMissingError, match="neither model.onnx nor model.safetensors"):
+        CrossEncoder(tmp_path / "empty")
+
+
+# ---------------------------------------------------------------- LLM as judge
+
+
+def test_llm_judge_over_a_real_openai_compatible_server(llm_server):
+    from microrag.generate import LLMConfig
+
+    llm_server.script(sse(_delta(content='{"verdict": "contradiction", "passage": 2}')),
+                      sse(_delta(content="I think it is supported by [1]")))  # unparseable -> neutral
+    judge = LLMJudge(LLMConfig(base_url=llm_server.url, backoff=0.0))
+    grid = judge.score_grid(["Vacation is 20 days.", "Sick leave is 10 days."], ["Sick leave is 30 days.", "Hm."])
+    assert grid[0] == [(0.0, 1.0, 0.0), (0.0, 0.0, 1.0)]
+    assert grid[1] == [(0.0, 1.0, 0.0), (0.0, 1.0, 0.0)]
+    prompt = llm_server.requests[0].body["messages"][1]["content"]
+    assert "[2] Sick leave is 10 days." in prompt and "Claim: Sick leave is 30 days." in prompt
+
+
+def test_llm_judge_needs_an_endpoint(monkeypatch):
+    monkeypatch.delenv("LLM_BASE_URL", raising=False)
+    load_nli.cache_clear()
+    with pytest.raises(ConfigError, match="LLM_BASE_URL"):
+        load_nli("llm")
+
+
+# ---------------------------------------------------------------- windows and the shipped model
+
+
+def test_windows_are_overlapping_sentence_pairs():
+    assert windows("A b c. D e f. G h i.") == ["A b c. D e f.", "D e f. G h i."]
+    assert windows("Only one.") == ["Only one."]
+
+
+@needs_models
+def test_shipped_model_is_in_the_package_small_and_loads_offline():
+    folder = shipped_dir("nli")
+    assert (folder / "model.onnx").stat().st_size <= 25 * 2**20
+    cfg = json.loads((folder / "config.json").read_text())
+    assert set(cfg["id2label"].values()) == {"entailment", "neutral", "contradiction"}
+    assert 0 < cfg["microrag"]["min_entail"] < 1  # calibrated, recorded with the model
+    t = time.perf_counter()
+    nli = NLIModel(CrossEncoder(folder))
+    nli.predict([("a", "b")])
+    assert time.perf_counter() - t < 30  # generous: the 2 s figure is measured by benchmarks/verify_report.py
+
+
+@needs_models
+@pytest.mark.parametrize("premise, hypothesis, label", [
+    ("A man is playing a guitar on stage.", "A man is playing an instrument.", 0),
+    ("A man is playing a guitar on stage.", "Nobody is playing music.", 2),
+    ("A man is playing a guitar on stage.", "The man is a famous singer from Spain.", 1),
+    ("Passwords expire every 180 days.", "Passwords expire every 30 days.", 2),
+    ("Employees receive 10 paid sick days per year.", "Workers get ten paid sick days each year.", 0),
+])
+def test_shipped_model_behaves_like_nli(premise, hypothesis, label):
+    probs = load_nli("shipped").predict([(premise, hypothesis)])[0]
+    assert int(np.argmax(probs)) == label, probs
+    assert probs.sum() == pytest.approx(1.0, abs=1e-5)
+
+
+@needs_models
+def test_score_grid_copy_shortcut_and_pair_budget():
+    nli = load_nli("shipped")
+    chunks = ["Intro text here. Vacation is 20 days per year. More text follows here.", "Unrelated chunk about VPNs."]
+    grid = nli.score_grid(chunks, ["Vacation is 20 days per year.", "Vacation is 25 days per year."])
+    assert grid[0][0] == (1.0, 0.0, 0.0)  # found verbatim: entailed without a model call
+    assert grid[1][0][2] > grid[1][0][0]  # the changed number contradicts its source

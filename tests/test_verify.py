@@ -1,0 +1,159 @@
+"""verify.py: sentence splitting, verdicts, policies, and the engine / CLI / server wiring.
+
+The pure parts run against a scripted backend; the wiring runs the shipped model.
+"""
+
+from __future__ import annotations
+
+import json
+
+import pytest
+
+from microrag.verify import (CONTRADICTED, ENTAILED, NEUTRAL, REFUSAL, SentenceVerdict, apply_policy, decide,
+                             split_sentences, strip_citations, verify)
+
+from conftest import needs_models, run_cli
+from test_generate import _delta, _no_proxies, llm_server, sse  # noqa: F401  (fixtures)
+
+
+class Scripted:
+    """A backend whose probabilities are looked up by (chunk text, claim)."""
+
+    min_entail, min_contra = 0.5, 0.5
+
+    def __init__(self, table: dict[tuple[str, str], tuple[float, float, float]]) -> None:
+        self.table = table
+
+    def score_grid(self, chunks, claims):
+        return [[self.table.get((c, s), (0.1, 0.8, 0.1)) for c in chunks] for s in claims]
+
+
+# ---------------------------------------------------------------- splitting
+
+
+@pytest.mark.parametrize("answer, expected", [
+    ("One fact. Two facts.", ["One fact.", "Two facts."]),
+    # a citation after the full stop stays with its sentence
+    ("Vacation is 20 days. [1] Sick leave is 10 days [2].", ["Vacation is 20 days. [1]", "Sick leave is 10 days [2]."]),
+    ("See the handbook [hr/leave.md#2]. Done.", ["See the handbook [hr/leave.md#2].", "Done."]),
+    # abbreviations and decimals do not end sentences
+    ("Use a passphrase, e.g. four words. Version 3.5 is current.", ["Use a passphrase, e.g. four words.", "Version 3.5 is current."]),
+    ("Ask Dr. Smith first.", ["Ask Dr. Smith first."]),
+    # list items are sentences of their own, bullets stripped
+    ("Steps:\n1. Open the portal.\n2) Enter your name\n- Approve the push", ["Steps:", "Open the portal.", "Enter your name", "Approve the push"]),
+    ("", []),
+])
+def test_split_sentences(answer, expected):
+    assert split_sentences(answer) == expected
+
+
+def test_strip_citations_leaves_the_claim():
+    assert strip_citations("Vacation is 20 days [1, 2]. [hr/leave.md#3]") == "Vacation is 20 days."
+
+
+# ---------------------------------------------------------------- deciding
+
+
+def test_decide_prefers_support_then_contradiction_then_neutral():
+    assert decide([(0.2, 0.7, 0.1), (0.9, 0.05, 0.05)], 0.5, 0.5) == (ENTAILED, 0.9, 1)
+    assert decide([(0.2, 0.2, 0.6), (0.3, 0.6, 0.1)], 0.5, 0.5) == (CONTRADICTED, 0.6, 0)
+    verdict, p, i = decide([(0.2, 0.7, 0.1), (0.4, 0.5, 0.1)], 0.5, 0.5)
+    assert (verdict, i) == (NEUTRAL, 1) and p == pytest.approx(0.6)  # closest support, 1 - 0.4
+    # thresholds are knobs: the same row flips with min_entail
+    assert decide([(0.45, 0.5, 0.05)], 0.4, 0.5)[0] == ENTAILED
+
+
+def test_policies():
+    vs = [SentenceVerdict("A.", ENTAILED, 0.9, "c1"), SentenceVerdict("B.", NEUTRAL, 0.8, "c1")]
+    assert apply_policy("A. B.", vs, "flag") == "A. B."
+    assert apply_policy("A. B.", vs, "drop") == "A."
+    assert apply_policy("A. B.", vs, "refuse") == REFUSAL
+    assert apply_policy("B.", vs[1:], "drop") == REFUSAL  # nothing left to say
+    assert apply_policy("A.", vs[:1], "refuse") == "A."  # all supported: untouched
+    with pytest.raises(ValueError, match="flag, drop, refuse"):
+        apply_policy("A.", vs, "maybe")
+
+
+def test_verify_reports_the_deciding_chunk_and_summary():
+    nli = Scripted({("chunk one", "Vacation is 20 days."): (0.95, 0.03, 0.02),
+                    ("chunk two", "Vacation is 30 days."): (0.05, 0.15, 0.8)})
+    v = verify("Vacation is 20 days. Vacation is 30 days. The moon is cheese.",
+               [("a#0", "chunk one"), ("b#1", "chunk two")], nli)
+    assert [(s.verdict, s.chunk) for s in v.sentences] == [(ENTAILED, "a#0"), (CONTRADICTED, "b#1"), (NEUTRAL, "a#0")]
+    assert v.counts == {ENTAILED: 1, NEUTRAL: 1, CONTRADICTED: 1}
+    assert not v.grounded and v.text.startswith("Vacation is 20 days.")
+    assert v.summary().startswith("1/3 sentences supported")
+    d = v.to_dict()
+    assert d["sentences"][1] == {"sentence": "Vacation is 30 days.", "verdict": CONTRADICTED, "probability": 0.8, "chunk": "b#1"}
+    dropped = verify("Vacation is 20 days. The moon is cheese.", [("a#0", "chunk one")], nli, policy="drop")
+    assert dropped.text == "Vacation is 20 days."
+
+
+def test_without_chunks_every_sentence_is_unsupported():
+    v = verify("Anything at all.", [], Scripted({}))
+    assert [s.verdict for s in v.sentences] == [NEUTRAL] and v.sentences[0].chunk is None
+
+
+# ---------------------------------------------------------------- wiring, with the shipped model
+
+
+@pytest.fixture(scope="module")
+def hr_engine():
+    from microrag.config import PRESETS
+    from microrag.pipeline import Engine, demo_corpus
+
+    return Engine.from_paths([demo_corpus() / "hr"], PRESETS["default"])
+
+
+@needs_models
+def test_engine_flags_an_invented_sentence_from_a_real_llm_stream(llm_server, hr_engine):
+    from microrag.generate import LLMConfig
+
+    eng = hr_engine
+    llm_server.script(sse(_delta(content="Full-time employees receive 20 paid vacation days per calendar year. "),
+                          _delta(content="Every employee also gets a free company car.")))
+    ans = eng.ask("how many vacation days do I get?", llm=LLMConfig(base_url=llm_server.url, backoff=0.0), verify=True)
+    verdicts = [s.verdict for s in ans.verification.sentences]
+    assert verdicts[0] == ENTAILED and verdicts[1] != ENTAILED
+    assert ans.verification.sentences[0].chunk.startswith("leave-and-holidays.md#")
+
+
+@needs_models
+def test_refused_retrieval_is_not_verified(hr_engine):
+    ans = hr_engine.ask("what is the boiling point of tungsten?", verify=True)
+    assert ans.retrieval.refused and ans.verification is None
+
+
+@needs_models
+def test_cli_ask_verify_marks_each_sentence():
+    out = run_cli("ask", "how many vacation days do I get?", "--verify", "--json")
+    assert out.returncode == 0, out.stderr
+    v = json.loads(out.stdout)["verification"]
+    assert v["sentences"] and {s["verdict"] for s in v["sentences"]} <= {ENTAILED, NEUTRAL, CONTRADICTED}
+    # the extractive answer quotes its sources, so every sentence is supported
+    assert v["grounded"] is True
+    text = run_cli("ask", "how many vacation days do I get?", "--verify")
+    assert text.returncode == 0 and "Verification: " in text.stdout and "✓ supported" in text.stdout
+
+
+@needs_models
+def test_cli_verify_json_shape_and_exit_codes(tmp_path):
+    ctx = tmp_path / "ctx.txt"
+    ctx.write_text("Full-time employees receive 20 paid vacation days per calendar year.\n\n"
+                   "Passwords expire every 180 days. You cannot reuse your last 10 passwords.\n")
+    answer = "Employees get 20 paid vacation days a year. [1] Passwords never expire. The cafeteria serves sushi on Fridays."
+    out = run_cli("verify", "--context", str(ctx), "--answer", answer, "--json")
+    assert out.returncode == 0, out.stderr
+    rows = json.loads(out.stdout)
+    assert [set(r) for r in rows] == [{"sentence", "verdict", "probability", "chunk"}] * 3
+    assert rows[0]["verdict"] == ENTAILED and rows[0]["chunk"] == 1
+    assert rows[1]["verdict"] != ENTAILED and rows[2]["verdict"] != ENTAILED
+    assert all(0.0 <= r["probability"] <= 1.0 for r in rows)
+    refused = run_cli("verify", "--context", str(ctx), "--answer", answer, "--policy", "refuse")
+    assert refused.returncode == 1 and REFUSAL in refused.stdout
+
+
+def test_cli_verify_bad_input_is_one_line():
+    out = run_cli("verify", "--context", "/no/such/file", "--answer", "x")
+    assert out.returncode == 2 and out.stderr.count("\n") == 1 and "--context" in out.stderr
+    assert "Traceback" not in out.stderr
