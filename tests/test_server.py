@@ -116,6 +116,20 @@ def test_query_answers_with_citations(srv):
     assert ask(srv, "What is the capital of France?")["refused"]
 
 
+def test_query_carries_sentence_verdicts(srv):
+    out = ask(srv, "How many vacation days do employees get?")
+    v = out["verification"]
+    assert v["policy"] == "flag" and v["sentences"] and v["text"] == out["answer"]
+    assert {"sentence", "verdict", "probability", "chunk", "missing"} == set(v["sentences"][0])
+    assert v["sentences"][0]["verdict"] == "entailed" and v["sentences"][0]["chunk"].startswith("leave.md#")
+    assert ask(srv, "How many vacation days do employees get?", verify=False)["verification"] is None
+    assert ask(srv, "What is the capital of France?")["verification"] is None  # refused: nothing to check
+    with httpx.stream("POST", srv.url + "/query", json={"query": "who approves production deploys?", "stream": True},
+                      timeout=60) as r:
+        done = [json.loads(ln[6:]) for ln in r.iter_lines() if ln.startswith("data: {") and "verification" in ln]
+    assert done and done[-1]["verification"]["sentences"]
+
+
 def test_restricted_content_never_reaches_readers(srv):
     q = "what does the L5 salary band pay?"
     for who in (None, "reader"):

@@ -75,18 +75,30 @@ def test_policies():
 
 
 def test_verify_reports_the_deciding_chunk_and_summary():
-    nli = Scripted({("chunk one", "Vacation is 20 days."): (0.95, 0.03, 0.02),
-                    ("chunk two", "Vacation is 30 days."): (0.05, 0.15, 0.8)})
-    v = verify("Vacation is 20 days. Vacation is 30 days. The moon is cheese.",
-               [("a#0", "chunk one"), ("b#1", "chunk two")], nli)
+    one, two = "Vacation is 20 days a year.", "Staff get 20 days of vacation."
+    nli = Scripted({(one, "Vacation is 20 days."): (0.95, 0.03, 0.02),
+                    (two, "Vacation is 30 days."): (0.05, 0.15, 0.8)})
+    v = verify("Vacation is 20 days. Vacation is 30 days. The moon is cheese.", [("a#0", one), ("b#1", two)], nli)
     assert [(s.verdict, s.chunk) for s in v.sentences] == [(ENTAILED, "a#0"), (CONTRADICTED, "b#1"), (NEUTRAL, "a#0")]
     assert v.counts == {ENTAILED: 1, NEUTRAL: 1, CONTRADICTED: 1}
     assert not v.grounded and v.text.startswith("Vacation is 20 days.")
     assert v.summary().startswith("1/3 sentences supported")
     d = v.to_dict()
-    assert d["sentences"][1] == {"sentence": "Vacation is 30 days.", "verdict": CONTRADICTED, "probability": 0.8, "chunk": "b#1"}
-    dropped = verify("Vacation is 20 days. The moon is cheese.", [("a#0", "chunk one")], nli, policy="drop")
+    assert d["sentences"][1] == {"sentence": "Vacation is 30 days.", "verdict": CONTRADICTED, "probability": 0.8,
+                                 "chunk": "b#1", "missing": ["30"]}
+    dropped = verify("Vacation is 20 days. The moon is cheese.", [("a#0", one)], nli, policy="drop")
     assert dropped.text == "Vacation is 20 days."
+
+
+def test_fact_check_demotes_support_for_figures_and_names_no_chunk_states():
+    nli = Scripted({("Sick leave is 10 days a year.", "Sick leave is 12 days a year."): (0.9, 0.05, 0.05),
+                    ("Sick leave is 10 days a year.", "Sick leave is ten days a year."): (0.9, 0.05, 0.05),
+                    ("Sick leave is 10 days a year.", "The CFO grants sick leave."): (0.9, 0.05, 0.05)})
+    chunks = [("a#0", "Sick leave is 10 days a year.")]
+    v = verify("Sick leave is 12 days a year. Sick leave is ten days a year. The CFO grants sick leave.", chunks, nli)
+    assert [(s.verdict, s.missing) for s in v.sentences] == [(NEUTRAL, ("12",)), (ENTAILED, ()), (NEUTRAL, ("CFO",))]
+    off = verify("Sick leave is 12 days a year.", chunks, nli, fact_check=False)
+    assert off.sentences[0].verdict == ENTAILED  # the model alone was fooled
 
 
 def test_without_chunks_every_sentence_is_unsupported():

@@ -70,6 +70,10 @@ def test_ask_shows_cited_answer_and_score_bars(ui):
         assert first.locator(f".bar.{kind}").count() == 1
     assert float(first.locator(".bar.hy").get_attribute("aria-valuenow")) > 0
     assert "Grounding gate passed" in page.inner_text("#status") and "null" not in page.inner_text("#status")
+    # every answer sentence carries its NLI verdict, linked to the chunk that decided it
+    verdicts = page.locator("#verify li.verdict")
+    assert verdicts.count() >= 1 and "✓ supported" in verdicts.first.inner_text()
+    assert "sentences supported" in page.inner_text("#verify")
     cite.click()
     assert "highlight" in (first.get_attribute("class") or "")
     page.screenshot(path=str(shots / "ask.png"), full_page=True)

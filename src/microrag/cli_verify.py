@@ -43,7 +43,8 @@ MARKS = {"entailed": "✓ supported   ", "neutral": "? unsupported ", "contradic
 def verdict_line(v) -> str:
     """One sentence's verdict for a terminal: mark, probability, deciding chunk, sentence."""
     where = f" [{v.chunk}]" if v.chunk is not None else ""
-    return f"{MARKS[v.verdict]} {v.probability:.2f}{where}  {v.sentence}"
+    missing = f"  (not in the sources: {', '.join(v.missing)})" if v.missing else ""
+    return f"{MARKS[v.verdict]} {v.probability:.2f}{where}  {v.sentence}{missing}"
 
 
 def _read_arg(value: str, what: str) -> str:
@@ -73,7 +74,8 @@ def cmd_verify(args: argparse.Namespace) -> int:
 
     s = _settings(args, args.preset or "default")
     result = verify(answer, [(str(i + 1), c) for i, c in enumerate(chunks)], load_nli(s.nli),
-                    policy=s.verify_policy, min_entail=s.min_entail, min_contra=s.min_contra)
+                    policy=s.verify_policy, min_entail=s.min_entail, min_contra=s.min_contra,
+                    fact_check=s.verify_facts)
     if args.json:
         rows = [{"sentence": v.sentence, "verdict": v.verdict, "probability": v.probability,
                  "chunk": int(v.chunk) if v.chunk else None} for v in result.sentences]

@@ -63,6 +63,7 @@ class Settings:
     verify_policy: str = "flag"  # flag | drop | refuse unsupported sentences
     min_entail: float | None = None  # None: the model's calibrated threshold
     min_contra: float | None = None
+    verify_facts: bool = True  # a number or name no chunk states makes a sentence unsupported
 
     def validate(self) -> "Settings":
         """Raise :class:`ConfigError` on an impossible combination; return self."""

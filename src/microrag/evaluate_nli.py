@@ -30,7 +30,7 @@ from pathlib import Path
 
 import numpy as np
 
-from .verify import CONTRADICTED, ENTAILED, NEUTRAL, decide
+from .verify import CONTRADICTED, ENTAILED, NEUTRAL, decide, unsupported_facts
 
 LABELS = ("entailment", "neutral", "contradiction")
 THREE_WAY = ("mnli_m_gold", "snli_test", "healthver_test")
@@ -72,13 +72,15 @@ def nli_set(nli, rows: list[dict], two_way: bool = False) -> dict:
     return prf(gold, pred, LABELS)
 
 
-def _verdicts(nli, items: list[tuple[list[str], str]]) -> list[str]:
-    """``verify``'s verdict for each (chunks, sentence) item, with the backend's thresholds."""
-    out = []
+def _verdicts(nli, items: list[tuple[list[str], str]]) -> dict[str, list[str]]:
+    """``verify``'s verdict per (chunks, sentence): by the model alone, and with the fact check."""
+    model, system = [], []
     for chunks, sentence in items:
-        grid = nli.score_grid(chunks, [sentence])[0]
-        out.append(decide(grid, nli.min_entail, nli.min_contra)[0])
-    return out
+        grid = nli.score_grid(chunks, [sentence])[0] if chunks else [(0.0, 1.0, 0.0)]
+        verdict = decide(grid, nli.min_entail, nli.min_contra)[0]
+        model.append(verdict)
+        system.append(NEUTRAL if verdict == ENTAILED and unsupported_facts(sentence, chunks) else verdict)
+    return {"model": model, "system": system}
 
 
 def scifact_items(shared: Path, split: str, limit: int | None = None, seed: int = 0) -> list[tuple[list[str], str, str]]:
@@ -102,9 +104,7 @@ def scifact_items(shared: Path, split: str, limit: int | None = None, seed: int 
     return sample(items, limit, seed)
 
 
-def scifact(nli, shared: Path, split: str = "test", limit: int | None = None) -> dict:
-    items = scifact_items(shared, split, limit)
-    got = _verdicts(nli, [(c, s) for c, s, _ in items])
+def _scifact_figures(items: list, got: list[str]) -> dict:
     out: dict = {}
     for want, name in ((ENTAILED, "support"), (CONTRADICTED, "contradict"), (NEUTRAL, "unrelated")):
         idx = [i for i, it in enumerate(items) if it[2] == want]
@@ -113,6 +113,13 @@ def scifact(nli, shared: Path, split: str = "test", limit: int | None = None) ->
         if want != ENTAILED:
             out[f"{name}_flagged"] = float(np.mean([got[i] != ENTAILED for i in idx])) if idx else 0.0
     return out
+
+
+def scifact(nli, shared: Path, split: str = "test", limit: int | None = None) -> dict:
+    """Model-only figures at the top level; ``with_fact_check`` as ``verify`` runs by default."""
+    items = scifact_items(shared, split, limit)
+    got = _verdicts(nli, [(c, s) for c, s, _ in items])
+    return {**_scifact_figures(items, got["model"]), "with_fact_check": _scifact_figures(items, got["system"])}
 
 
 def _passages(shared: Path, split: str = "test") -> list[list[str]]:
@@ -166,9 +173,14 @@ def _rag_figures(items: list, got: list[str]) -> dict:
     return out
 
 
+def _rag_both(nli, items: list) -> dict:
+    """``verify`` as shipped (fact check on) at the top level; ``model_only`` without it."""
+    got = _verdicts(nli, [(c, s) for c, s, _, _ in items])
+    return {**_rag_figures(items, got["system"]), "model_only": _rag_figures(items, got["model"])}
+
+
 def rag_synthetic(nli, shared: Path, limit: int | None = None) -> dict:
-    items = rag_items(shared, limit)
-    return _rag_figures(items, _verdicts(nli, [(c, s) for c, s, _, _ in items]))
+    return _rag_both(nli, rag_items(shared, limit))
 
 
 def rag_handwritten(nli, engine) -> dict:
@@ -176,9 +188,10 @@ def rag_handwritten(nli, engine) -> dict:
     rows = read_jsonl(Path(str(files("microrag") / "data" / "eval" / "rag-checks.jsonl")))
     items = []
     for r in rows:
-        hits = engine.retrieve(r["query"], safeguards=True).hits
-        items.append(([h.text for h in hits], r["sentence"], r["expect"] if r["expect"] == ENTAILED else "flagged", r["kind"]))
-    return _rag_figures(items, _verdicts(nli, [(c, s) for c, s, _, _ in items]))
+        hits = engine.retrieve(r["query"], safeguards=False).hits  # the gate is not under test here
+        items.append(([h.chunk.text for h in hits], r["sentence"], r["expect"] if r["expect"] == ENTAILED else "flagged",
+                      r["kind"]))
+    return _rag_both(nli, items)
 
 
 def measure(nli, shared: Path, limit: int | None = None, engine=None) -> dict:

@@ -204,7 +204,8 @@ class Engine:
 
         s = self.settings
         return verify(answer, [(h.chunk.id, h.chunk.text) for h in retrieval.hits], load_nli(s.nli),
-                      policy=s.verify_policy, min_entail=s.min_entail, min_contra=s.min_contra)
+                      policy=s.verify_policy, min_entail=s.min_entail, min_contra=s.min_contra,
+                      fact_check=s.verify_facts)
 
 
 def _maybe_ann(vectors: np.ndarray, settings: Settings, cache: Path | None = None):

@@ -42,6 +42,7 @@ class SentenceVerdict:
     verdict: str
     probability: float
     chunk: str | None  # chunk id (or context paragraph number) that decided it
+    missing: tuple[str, ...] = ()  # numbers / names the sentence states and no chunk does
 
 
 @dataclass(frozen=True)
@@ -73,7 +74,7 @@ class Verification:
     def to_dict(self) -> dict:
         return {"policy": self.policy, "grounded": self.grounded, "counts": self.counts,
                 "summary": self.summary(), "text": self.text,
-                "sentences": [asdict(s) for s in self.sentences]}
+                "sentences": [{**asdict(s), "missing": list(s.missing)} for s in self.sentences]}
 
 
 def split_sentences(answer: str) -> list[str]:
@@ -108,6 +109,36 @@ def split_sentences(answer: str) -> list[str]:
 def strip_citations(sentence: str) -> str:
     """The claim without its citation markers (they carry no meaning for NLI)."""
     return _CITATION.sub("", sentence).strip()
+
+
+_NUM = re.compile(r"\d+(?:[.,]\d+)*")
+_NUM_WORDS = {w: str(i) for i, w in enumerate(
+    "zero one two three four five six seven eight nine ten eleven twelve thirteen fourteen fifteen sixteen "
+    "seventeen eighteen nineteen twenty".split())}
+_NAME = re.compile(r"(?<![.!?:]\s)(?<!^)\b[A-Z][A-Za-z0-9]+(?:[-'][A-Za-z0-9]+)*")
+_WORDS = re.compile(r"[a-z0-9]+")
+
+
+def _numbers(text: str) -> set[str]:
+    found = {n.replace(",", "").rstrip(".") for n in _NUM.findall(text)}
+    return found | {_NUM_WORDS[w] for w in _WORDS.findall(text.lower()) if w in _NUM_WORDS}
+
+
+def unsupported_facts(claim: str, chunks: Sequence[str]) -> list[str]:
+    """Numbers and capitalised names in ``claim`` that occur in none of ``chunks``.
+
+    An NLI model judges meaning and can miss a swapped figure or name inside an
+    otherwise matching sentence; a figure the sources never state is unsupported
+    whatever the model thinks. Number words count as their digits ("ten" = 10).
+    """
+    text = " ".join(chunks)
+    have_nums, have_words = _numbers(text), set(_WORDS.findall(text.lower()))
+    missing = sorted(_numbers(claim) - have_nums, key=claim.find)
+    body = claim[1:]  # the first word is capitalised anyway
+    for m in _NAME.finditer(body):
+        if any(w not in have_words for w in _WORDS.findall(m.group(0).lower())):
+            missing.append(m.group(0))
+    return missing
 
 
 def decide(probs: Sequence[Sequence[float]], min_entail: float, min_contra: float) -> tuple[str, float, int]:
@@ -147,11 +178,14 @@ def verify(
     policy: str = "flag",
     min_entail: float | None = None,
     min_contra: float | None = None,
+    fact_check: bool = True,
 ) -> Verification:
     """Check ``answer`` against ``chunks`` = [(chunk id, text), ...] with backend ``nli``.
 
     Thresholds default to the backend's calibrated ones (``nli.min_entail``,
-    ``nli.min_contra``). With no chunks every sentence is unsupported.
+    ``nli.min_contra``). With ``fact_check`` an entailed sentence stating a
+    number or name that no chunk contains becomes unsupported (see
+    ``unsupported_facts``). With no chunks every sentence is unsupported.
     """
     min_entail = nli.min_entail if min_entail is None else min_entail
     min_contra = nli.min_contra if min_contra is None else min_contra
@@ -160,9 +194,13 @@ def verify(
     if sentences and chunks:
         claims = [strip_citations(s) or s for s in sentences]
         grid = nli.score_grid([t for _, t in chunks], claims)  # [sentence][chunk] -> probs
-        for sent, rows in zip(sentences, grid):
+        texts = [t for _, t in chunks]
+        for sent, claim, rows in zip(sentences, claims, grid):
             verdict, p, i = decide(rows, min_entail, min_contra)
-            verdicts.append(SentenceVerdict(sent, verdict, round(p, 4), chunks[i][0]))
+            missing = tuple(unsupported_facts(claim, texts)) if fact_check else ()
+            if verdict == ENTAILED and missing:
+                verdict, p = NEUTRAL, 1.0 - p
+            verdicts.append(SentenceVerdict(sent, verdict, round(p, 4), chunks[i][0], missing))
     else:
         verdicts = [SentenceVerdict(s, NEUTRAL, 1.0, None) for s in sentences]
     return Verification(tuple(verdicts), policy, apply_policy(answer, verdicts, policy))

@@ -100,6 +100,27 @@ function renderAnswer(text) {
   box.append(text.slice(last));
 }
 
+const VERDICT = { entailed: ["ok", "✓ supported"], neutral: ["unsup", "? unsupported"], contradicted: ["bad", "✗ contradicted"] };
+
+function renderVerification(v) {
+  // One row per answer sentence: the NLI verdict, its probability, and the chunk that decided it.
+  const list = $("#verify");
+  list.replaceChildren();
+  if (!v) return;
+  list.append(el("li", { class: "meta", text: "Verification: " + v.summary }));
+  for (const s of v.sentences) {
+    const [cls, label] = VERDICT[s.verdict] || ["unsup", s.verdict];
+    const row = el("li", { class: "verdict " + cls },
+                   el("span", { class: "badge", text: `${label} ${s.probability.toFixed(2)}` }), " ", s.sentence);
+    if (s.chunk) {
+      const a = el("a", { href: "#src-" + s.chunk, class: "cite", text: ` [${s.chunk}]` });
+      a.addEventListener("click", (ev) => { ev.preventDefault(); highlight(s.chunk); });
+      row.append(a);
+    }
+    list.append(row);
+  }
+}
+
 function highlight(id) {
   document.querySelectorAll("#sources li").forEach((li) => li.classList.remove("highlight"));
   const li = document.getElementById("src-" + id);
@@ -111,6 +132,7 @@ $("#askform").addEventListener("submit", async (ev) => {
   const q = $("#question").value.trim();
   if (!q) return;
   $("#answer").textContent = ""; $("#flags").textContent = ""; $("#status").textContent = "Retrieving...";
+  $("#verify").replaceChildren();
   $("#askbtn").disabled = true;
   let text = "";
   try {
@@ -132,7 +154,10 @@ $("#askform").addEventListener("submit", async (ev) => {
         if (data === "[DONE]") continue;
         const obj = JSON.parse(data);
         if (event === "sources") renderSources(obj);
-        else if (event === "done") $("#flags").textContent = obj.flags.length ? "Flags: " + obj.flags.join("; ") : "";
+        else if (event === "done") {
+          $("#flags").textContent = obj.flags.length ? "Flags: " + obj.flags.join("; ") : "";
+          renderVerification(obj.verification);
+        }
         else if (obj.delta) { text += obj.delta; $("#answer").textContent = text; }
       }
     }

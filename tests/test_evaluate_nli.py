@@ -1,0 +1,59 @@
+"""evaluate_nli.py: the verifier's measured figures still hold (Pyserini-style regression).
+
+``benchmarks/verify_report.py --write`` records full-set figures (README table)
+and 200-row samples; this test recomputes the samples with the shipped model.
+"""
+
+from __future__ import annotations
+
+import json
+
+import pytest
+
+from conftest import ROOT, SHARED, needs_models
+
+EXPECTED = ROOT / "benchmarks" / "expected"
+TOL = 0.005
+
+
+def _flat(d: dict, prefix: str = "") -> dict[str, float]:
+    out = {}
+    for k, v in d.items():
+        if isinstance(v, dict):
+            out.update(_flat(v, f"{prefix}{k}."))
+        elif isinstance(v, (int, float)) and not isinstance(v, bool):
+            out[f"{prefix}{k}"] = float(v)
+    return out
+
+
+@needs_models
+def test_sample_figures_reproduce():
+    from microrag import evaluate_nli as ev
+    from microrag.config import PRESETS
+    from microrag.nli import load_nli
+    from microrag.pipeline import Engine, demo_corpus
+
+    expected = json.loads((EXPECTED / "nli-sample.json").read_text())
+    engine = Engine.from_paths([demo_corpus()], PRESETS["default"])
+    got = ev.measure(load_nli("shipped"), SHARED / "datasets", limit=expected["limit"], engine=engine)
+    want, have = _flat({k: v for k, v in expected.items() if k != "limit"}), _flat(got)
+    drift = {k: (want[k], have.get(k)) for k in want if have.get(k) is None or abs(have[k] - want[k]) > TOL}
+    assert not drift, f"figures moved (expected, got): {drift}"
+
+
+def test_readme_table_matches_the_recorded_figures():
+    fig = json.loads((EXPECTED / "nli.json").read_text())
+    readme = (ROOT / "README.md").read_text()
+    for name in ("mnli_m_gold", "snli_test", "healthver_test"):
+        assert f"{fig[name]['accuracy']:.3f}" in readme, f"README lacks the {name} accuracy from expected/nli.json"
+    assert f"{fig['scifact_test']['support_entailed']:.3f}" in readme
+
+
+def test_calibration_never_reads_a_reported_set():
+    from microrag import evaluate_nli as ev
+
+    train = {c[0] for c, _, _ in ev.scifact_items(SHARED / "datasets", "train")}
+    test = {c[0] for c, _, _ in ev.scifact_items(SHARED / "datasets", "test") if _ != ""}
+    claims_train = {s for _, s, _ in ev.scifact_items(SHARED / "datasets", "train")}
+    claims_test = {s for _, s, _ in ev.scifact_items(SHARED / "datasets", "test")}
+    assert train and test and not claims_train & claims_test
