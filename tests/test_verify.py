@@ -36,6 +36,9 @@ class Scripted:
     # a citation after the full stop stays with its sentence
     ("Vacation is 20 days. [1] Sick leave is 10 days [2].", ["Vacation is 20 days. [1]", "Sick leave is 10 days [2]."]),
     ("See the handbook [hr/leave.md#2]. Done.", ["See the handbook [hr/leave.md#2].", "Done."]),
+    # the prompt's own tag, even on a line of its own after the quote
+    ("Days expire. [source: hr/leave.md · chunk 0]", ["Days expire. [source: hr/leave.md · chunk 0]"]),
+    ("Days expire.\n\n[source: a.md · chunk 1]", ["Days expire. [source: a.md · chunk 1]"]),
     # abbreviations and decimals do not end sentences
     ("Use a passphrase, e.g. four words. Version 3.5 is current.", ["Use a passphrase, e.g. four words.", "Version 3.5 is current."]),
     ("Ask Dr. Smith first.", ["Ask Dr. Smith first."]),

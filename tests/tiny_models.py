@@ -15,15 +15,16 @@ ID2LABEL = {0: "contradiction", 1: "entailment", 2: "neutral"}
 WORDS = "[PAD] [UNK] [CLS] [SEP] [MASK] the a cat dog sat on mat is not red blue man runs park".split()
 
 
-def build(folder: Path, onnx: bool = False, seed: int = 0):
-    """Write a tiny BERT NLI model to ``folder``; return the torch model for reference outputs."""
+def build(folder: Path, onnx: bool = False, seed: int = 0, id2label: dict[int, str] | None = None):
+    """Write a tiny BERT classifier to ``folder``; return the torch model for reference outputs."""
     import torch
     from transformers import BertConfig, BertForSequenceClassification
 
     torch.manual_seed(seed)
+    labels = id2label or ID2LABEL
     cfg = BertConfig(vocab_size=len(WORDS), hidden_size=32, num_hidden_layers=2, num_attention_heads=4,
-                     intermediate_size=64, max_position_embeddings=64, id2label=ID2LABEL,
-                     label2id={v: k for k, v in ID2LABEL.items()})
+                     intermediate_size=64, max_position_embeddings=64, id2label=labels,
+                     label2id={v: k for k, v in labels.items()})
     model = BertForSequenceClassification(cfg).eval()
     folder.mkdir(parents=True, exist_ok=True)
     model.save_pretrained(folder, safe_serialization=True)

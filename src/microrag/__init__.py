@@ -6,6 +6,8 @@ The pipeline, one module per step:
   retrieve.py 3 · hybrid retrieve: fuse, grounding gate, diversity cap
   augment.py  4 · prompt assembly, retrieved text marked as data
   generate.py 5 · OpenAI-compatible SSE client, extractive answerer
+  verify.py   6 · answer verification: each sentence against the chunks (NLI, ``nli.py``)
+  rerank.py   3b· optional cross-encoder rerank of the fused candidates (off by default)
 ``pipeline.Engine`` wires them; ``cli`` is the command line. Importing this
 package needs only the core dependencies; models load when first used.
 """
@@ -15,7 +17,7 @@ __version__ = "0.1.0"
 from .config import PRESETS, Settings, override, preset  # noqa: E402
 from .errors import MicroRAGError  # noqa: E402
 
-__all__ = ["Engine", "PRESETS", "Settings", "override", "preset", "MicroRAGError", "__version__"]
+__all__ = ["Engine", "PRESETS", "Settings", "override", "preset", "MicroRAGError", "load_nli", "__version__"]
 
 
 def __getattr__(name: str):
@@ -24,4 +26,8 @@ def __getattr__(name: str):
         from .pipeline import Engine
 
         return Engine
+    if name == "load_nli":
+        from .nli import load_nli
+
+        return load_nli
     raise AttributeError(name)

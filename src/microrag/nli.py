@@ -253,4 +253,7 @@ def load_nli(spec: str = "shipped"):
     folder = shipped_dir("nli") if spec == "shipped" else Path(spec)
     if not folder.is_dir():
         raise ModelMissingError(f"NLI model folder {folder} does not exist")
-    return NLIModel(CrossEncoder(folder))
+    try:
+        return NLIModel(CrossEncoder(folder))
+    except ImportError as exc:  # onnxruntime / tokenizers are the 'models' extra
+        raise ModelMissingError(f"verification needs {exc.name}: pip install 'microrag[models]'") from None

@@ -26,9 +26,10 @@ ENTAILED, NEUTRAL, CONTRADICTED = "entailed", "neutral", "contradicted"
 POLICIES = ("flag", "drop", "refuse")
 REFUSAL = "I can't give an answer that the documents support."
 
-# Citation markers the prompt asks models to write: [1], [2, 3], [handbook.md#4].
-_CITATION = re.compile(r"\s*\[(?:\d+(?:\s*,\s*\d+)*|[^\[\]\s]+#\d+)\]")
-_LEADING_CITATIONS = re.compile(r"^(?:\s*\[(?:\d+(?:\s*,\s*\d+)*|[^\[\]\s]+#\d+)\])+")
+# Citation markers: [1], [2, 3], [handbook.md#4], and the prompt's own [source: doc · chunk k].
+_CITE = r"\[(?:\d+(?:\s*,\s*\d+)*|[^\[\]\s]+#\d+|source:[^\[\]]*)\]"
+_CITATION = re.compile(r"\s*" + _CITE)
+_LEADING_CITATIONS = re.compile(r"^(?:\s*" + _CITE + ")+")
 _ABBREV = re.compile(r"(?:\b(?:e\.g|i\.e|etc|vs|approx|Dr|Mr|Mrs|Ms|Prof|No|Fig|St|Inc|Ltd|al)\.|\b[A-Z]\.)$")
 # List items: "- x", "* x", "1. x", "2) x" at the start of a line.
 _BULLET = re.compile(r"^\s*(?:[-*\u2022]|\d{1,2}[.)])\s+")

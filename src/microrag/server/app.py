@@ -251,10 +251,14 @@ def create_app(cfg: ServerConfig) -> FastAPI:
         if check and not r.refused:
             # Before tool output is appended and before redaction: the model's own words
             # against the chunks it was given. drop/refuse rewrite the text here.
-            v = holder["engine"].verify(text, r)
-            text, verification = v.text, v.to_dict()
-            if not v.grounded:
-                out_flags.append("verify: " + v.summary())
+            try:
+                v = holder["engine"].verify(text, r)
+            except MicroRAGError as exc:  # a missing model must not cost the answer
+                out_flags.append(f"verify: unavailable ({exc})")
+            else:
+                text, verification = v.text, v.to_dict()
+                if not v.grounded:
+                    out_flags.append("verify: " + v.summary())
         if mode == "llm":
             tool_results = run_tool_calls(text, [h.chunk.text for h in r.hits], cfg.tools_dir, who.clearance,
                                           confined=not baseline)
