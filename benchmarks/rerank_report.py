@@ -1,6 +1,6 @@
 """Does the shipped cross-encoder reranker earn its latency? SciFact test + HotpotQA held-out half.
 
-    .venv/bin/python benchmarks/rerank_report.py [--depth 30] [--out benchmarks/results/rerank.md]
+    .venv/bin/python benchmarks/rerank_report.py [--depth 20] [--out benchmarks/results/rerank.md]
 
 Ranks with our hybrid (BM25 + MiniLM, min-max, w_kw 0.4; committed document
 vectors), then reranks the top ``depth`` with the reranker, blended at
@@ -49,7 +49,7 @@ def main(argv: list[str] | None = None) -> int:
     from microrag.rerank import load_reranker
 
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    ap.add_argument("--depth", type=int, default=30)
+    ap.add_argument("--depth", type=int, default=20)
     ap.add_argument("--out", type=Path)
     args = ap.parse_args(argv)
     model = load_reranker()

@@ -16,8 +16,9 @@ if [ -z "$WHEEL" ]; then
   echo "building llama-cpp-python $VERSION (one time, ~9 min on 2 cores)..."
   CMAKE_ARGS="-DGGML_NATIVE=OFF -DGGML_AVX=ON -DGGML_AVX2=ON -DGGML_FMA=ON -DGGML_F16C=ON -DGGML_BMI2=ON -DLLAVA_BUILD=OFF" \
   CMAKE_BUILD_PARALLEL_LEVEL=${CMAKE_BUILD_PARALLEL_LEVEL:-2} \
-    "$PY" -m pip wheel -q --no-deps "llama-cpp-python==$VERSION" -w "$CACHE"
+    "$PY" -m pip wheel -q --no-deps "llama-cpp-python==$VERSION" -w "$CACHE" 2> >(grep -v "^WARNING: Location" >&2)
   WHEEL=$(ls "$CACHE"/llama_cpp_python-"$VERSION"-*.whl | head -1)
 fi
 # Runtime deps of the wheel and of its OpenAI-compatible server.
-"$PY" -m pip install -q "$WHEEL" 'llama-cpp-python[server]'=="$VERSION" 2>&1 | grep -v "^WARNING: Location" || true
+"$PY" -m pip install -q "$WHEEL[server]" 2> >(grep -v "^WARNING: Location" >&2)
+"$PY" -c "import llama_cpp, llama_cpp.server" || { echo "llama-cpp-python did not install" >&2; exit 1; }
