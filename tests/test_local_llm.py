@@ -28,17 +28,20 @@ def _free_port() -> int:
 
 
 @pytest.fixture(scope="module")
-def local_llm():
+def local_llm(tmp_path_factory):
     pytest.importorskip("llama_cpp", reason="llama-cpp-python not installed: bash scripts/install-llama.sh")
     port = _free_port()
+    # llama.cpp logs a lot: a file, not a pipe nobody reads (a full pipe would stall the server).
+    log = open(tmp_path_factory.mktemp("llm") / "server.log", "w+")
     proc = subprocess.Popen([sys.executable, "-m", "microrag.cli", "local-llm", "--port", str(port), "--n-ctx", "2048", "-q"],
-                            cwd=ROOT, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True)
+                            cwd=ROOT, stdout=log, stderr=subprocess.STDOUT, text=True)
     url = f"http://127.0.0.1:{port}/v1"
     try:
         deadline = time.monotonic() + 180
         while True:
             if proc.poll() is not None:
-                pytest.fail(f"local-llm exited with {proc.returncode}: {proc.stderr.read()[-2000:]}")
+                log.seek(0)
+                pytest.fail(f"local-llm exited with {proc.returncode}: {log.read()[-2000:]}")
             try:
                 if httpx.get(url + "/models", timeout=2).status_code == 200:
                     break
@@ -54,6 +57,7 @@ def local_llm():
             proc.wait(timeout=10)
         except subprocess.TimeoutExpired:
             proc.kill()
+        log.close()
 
 
 def test_our_client_streams_a_real_reply(local_llm):

@@ -103,6 +103,8 @@ def main(argv: list[str] | None = None) -> None:
     ap.add_argument("--max-length", type=int, default=128)
     ap.add_argument("--seed", type=int, default=13)
     ap.add_argument("--limit", type=int, default=0, help="use only N rows (smoke runs)")
+    ap.add_argument("--init", type=Path, default=None,
+                    help="start from this checkpoint's encoder (the reranker starts from the NLI model)")
     ap.add_argument("--export-only", type=Path, default=None, help="export this checkpoint and stop")
     args = ap.parse_args(argv)
 
@@ -130,7 +132,7 @@ def main(argv: list[str] | None = None) -> None:
         return
 
     model = AutoModelForSequenceClassification.from_pretrained(
-        base_dir(), num_labels=len(labels), id2label=id2label, label2id={v: k for k, v in id2label.items()}
+        args.init or base_dir(), num_labels=len(labels), ignore_mismatched_sizes=bool(args.init), id2label=id2label, label2id={v: k for k, v in id2label.items()}
     )
     # The word-embedding table is half the parameters; freezing it keeps the
     # vocabulary the sentence-embedding training learned and saves its updates.

