@@ -55,7 +55,7 @@ class Settings:
     # whether `retrieve` applies gate + cap (the seed's bare retriever does not)
     safeguards_on_retrieve: bool = True
     # step 3b - cross-encoder rerank of the first ``rerank_depth`` fused candidates
-    rerank: bool = False  # off: it did not raise nDCG@10 enough for its latency (benchmarks/results/rerank.md)
+    rerank: bool = False  # off: it lowered SciFact nDCG@10 and costs ~0.5 s a query (benchmarks/results/rerank.md)
     rerank_depth: int = 20
     w_rerank: float = 0.5  # blend of the reranker's score with the fused score
     # step 6 - verify answers (NLI): "shipped", "llm", or a model folder

@@ -111,7 +111,8 @@ function renderVerification(v) {
   for (const s of v.sentences) {
     const [cls, label] = VERDICT[s.verdict] || ["unsup", s.verdict];
     const row = el("li", { class: "verdict " + cls },
-                   el("span", { class: "badge", text: `${label} ${s.probability.toFixed(2)}` }), " ", s.sentence);
+                   el("span", { class: "badge", text: `${label} ${s.probability.toFixed(2)}` }), " ",
+                   s.sentence.replace(/\s*\[source: [^\]]*\]/g, ""));  // the link below says where
     if (s.chunk) {
       const a = el("a", { href: "#src-" + s.chunk, class: "cite", text: ` [${s.chunk}]` });
       a.addEventListener("click", (ev) => { ev.preventDefault(); highlight(s.chunk); });
