@@ -24,7 +24,7 @@ from collections.abc import Sequence
 from typing import TextIO
 
 from . import __version__
-from .cli_verify import cmd_verify, verdict_line, verify_flags
+from .cli_verify import cmd_verify, unit_float as _unit_float, verdict_line, verify_flags
 from .config import FUSIONS, preset, override, PRESETS, CHUNKERS
 from .errors import MicroRAGError
 from .generate import LLMConfig
@@ -37,16 +37,6 @@ log = logging.getLogger("microrag")
 
 def _diag(msg: str) -> None:
     print(f"microrag: {msg}", file=sys.stderr, flush=True)
-
-
-def _unit_float(text: str) -> float:
-    try:
-        value = float(text)
-    except ValueError:
-        raise argparse.ArgumentTypeError(f"expected a number between 0 and 1, got {text!r}") from None
-    if not 0.0 <= value <= 1.0:
-        raise argparse.ArgumentTypeError(f"expected a number between 0 and 1, got {text!r}")
-    return value
 
 
 def _positive_int(text: str) -> int:

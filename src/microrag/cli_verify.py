@@ -18,10 +18,14 @@ from .config import VERIFY_POLICIES
 from .errors import MicroRAGError
 
 
-def _unit_float(text: str) -> float:
-    from .cli import _unit_float as parse
-
-    return parse(text)
+def unit_float(text: str) -> float:
+    try:
+        value = float(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"expected a number between 0 and 1, got {text!r}") from None
+    if not 0.0 <= value <= 1.0:
+        raise argparse.ArgumentTypeError(f"expected a number between 0 and 1, got {text!r}")
+    return value
 
 
 def verify_flags() -> argparse.ArgumentParser:
@@ -31,7 +35,7 @@ def verify_flags() -> argparse.ArgumentParser:
                    help="unsupported sentences: flag them (default), drop them, or refuse the answer")
     g.add_argument("--nli", metavar="MODEL",
                    help="'shipped' (default), 'llm' (LLM_BASE_URL as judge), or a Hugging Face model folder")
-    g.add_argument("--min-entail", type=_unit_float, metavar="P",
+    g.add_argument("--min-entail", type=unit_float, metavar="P",
                    help="entailment probability a sentence needs (default: the model's calibrated value)")
     return p
 
