@@ -20,5 +20,5 @@ if [ -z "$WHEEL" ]; then
   WHEEL=$(ls "$CACHE"/llama_cpp_python-"$VERSION"-*.whl | head -1)
 fi
 # Runtime deps of the wheel and of its OpenAI-compatible server.
-"$PY" -m pip install -q "$WHEEL[server]" 2> >(grep -v "^WARNING: Location" >&2)
+"$PY" -m pip install -q "$WHEEL[server]" 2> >(grep -v -e "^WARNING: Location" -e "dependency resolver does not" -e "requires llm, which" >&2)
 "$PY" -c "import llama_cpp, llama_cpp.server" || { echo "llama-cpp-python did not install" >&2; exit 1; }
