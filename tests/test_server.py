@@ -338,6 +338,8 @@ def test_output_guard_and_tool_policy(tmp_path):
         assert "may not read" in by_call['read_file("secret.txt")']["refused"]  # reader lacks clearance
         assert "retrieved documents" in by_call['read_file("planted.txt")']["refused"]
         assert "OUTSIDE-CONTENT-XYZ" not in json.dumps(out)
+        # nowhere in the response, verification verdicts (sentences, missing facts) included
+        assert out["verification"] and "AKIAIOSFODNN7EXAMPLE" not in json.dumps(out)
     finally:
         s.stop()
         llm.httpd.shutdown()

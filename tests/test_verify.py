@@ -42,6 +42,10 @@ class Scripted:
     # abbreviations and decimals do not end sentences
     ("Use a passphrase, e.g. four words. Version 3.5 is current.", ["Use a passphrase, e.g. four words.", "Version 3.5 is current."]),
     ("Ask Dr. Smith first.", ["Ask Dr. Smith first."]),
+    ("It supports A, B, etc. The VPN is off.", ["It supports A, B, etc.", "The VPN is off."]),
+    ("No. The VPN is not needed.", ["No.", "The VPN is not needed."]),
+    # a tag opening a new line with text after it belongs to that line
+    ("The VPN is required.\n[2] Rotate keys weekly.", ["The VPN is required.", "[2] Rotate keys weekly."]),
     # list items are sentences of their own, bullets stripped
     ("Steps:\n1. Open the portal.\n2) Enter your name\n- Approve the push", ["Steps:", "Open the portal.", "Enter your name", "Approve the push"]),
     ("", []),
@@ -168,7 +172,33 @@ def test_cli_verify_json_shape_and_exit_codes(tmp_path):
     assert refused.returncode == 1 and REFUSAL in refused.stdout
 
 
-def test_cli_verify_bad_input_is_one_line():
+def test_cli_verify_bad_input_is_one_line(tmp_path):
     out = run_cli("verify", "--context", "/no/such/file", "--answer", "x")
     assert out.returncode == 2 and out.stderr.count("\n") == 1 and "--context" in out.stderr
     assert "Traceback" not in out.stderr
+    (tmp_path / "utf16.txt").write_bytes("chunk".encode("utf-16"))
+    out = run_cli("verify", "--context", str(tmp_path / "utf16.txt"), "--answer", "x")
+    assert out.returncode == 2 and "UTF-8" in out.stderr and "Traceback" not in out.stderr
+    bad = tmp_path / "model"
+    bad.mkdir()
+    (bad / "config.json").write_text("{bad")
+    (tmp_path / "ctx.txt").write_text("some chunk")
+    out = run_cli("verify", "--context", str(tmp_path / "ctx.txt"), "--answer", "x", "--nli", str(bad))
+    assert out.returncode == 2 and "cannot load the model" in out.stderr and "Traceback" not in out.stderr
+
+
+def test_copy_shortcut_needs_whole_words():
+    from microrag.nli import NLIModel
+
+    class Stub(NLIModel):
+        def __init__(self):
+            self.pairs_per_claim, self.min_entail, self.min_contra = 4, 0.5, 0.5
+
+        def predict(self, pairs):
+            import numpy as np
+
+            return np.tile([0.1, 0.8, 0.1], (len(pairs), 1)).astype("float32")
+
+    v = verify("The maximum is 10 [1]. No. Retries are capped at 10.",
+               [("a#1", "The maximum is 100. Retries are capped at 10.")], Stub())
+    assert [s.verdict for s in v.sentences] == [NEUTRAL, NEUTRAL, ENTAILED]

@@ -59,6 +59,8 @@ def _read_arg(value: str, what: str) -> str:
             return Path(value).read_text(encoding="utf-8")
         except OSError as e:
             raise MicroRAGError(f"cannot read --context {value}: {e.strerror}; give a text file with one chunk per paragraph") from None
+        except UnicodeDecodeError:
+            raise MicroRAGError(f"--context {value} is not UTF-8 text; convert it (e.g. iconv -t UTF-8)") from None
     return value
 
 

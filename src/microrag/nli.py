@@ -142,6 +142,8 @@ class NLIModel:
                  min_contra: float | None = None, pairs_per_claim: int = 4) -> None:
         self.encoder = encoder
         id2label = encoder.config.get("id2label") or {}
+        if not id2label:
+            raise ConfigError(f"{encoder.folder}/config.json has no id2label: cannot tell which output is entailment")
         try:
             self.columns = [_LABEL_NAMES[str(id2label[str(i)] if str(i) in id2label else id2label[i]).lower()]
                             for i in range(len(id2label))]
@@ -179,7 +181,9 @@ class NLIModel:
         pairs, where = [], []
         for k, claim in enumerate(claims):
             norm = _norm(claim)
-            copied = [ci for ci, c in enumerate(chunks) if norm and norm in _norm(c)]
+            # Whole words only, and not for tiny claims: "No." is inside half of all chunks.
+            copied = [ci for ci, c in enumerate(chunks)
+                      if len(norm.split()) >= 4 and f" {norm} " in f" {_norm(c)} "]
             for ci in copied:
                 grid[k][ci] = (1.0, 0.0, 0.0)
             if copied:
@@ -253,7 +257,16 @@ def load_nli(spec: str = "shipped"):
     folder = shipped_dir("nli") if spec == "shipped" else Path(spec)
     if not folder.is_dir():
         raise ModelMissingError(f"NLI model folder {folder} does not exist")
+    return NLIModel(load_encoder(folder))
+
+
+def load_encoder(folder: Path) -> CrossEncoder:
+    """A ``CrossEncoder``, with every way a folder can be broken turned into one clear error."""
     try:
-        return NLIModel(CrossEncoder(folder))
+        return CrossEncoder(folder)
     except ImportError as exc:  # onnxruntime / tokenizers are the 'models' extra
-        raise ModelMissingError(f"verification needs {exc.name}: pip install 'microrag[models]'") from None
+        raise ModelMissingError(f"the cross-encoder needs {exc.name}: pip install 'microrag[models]'") from None
+    except (ModelMissingError, ConfigError):
+        raise
+    except Exception as exc:  # bad JSON, a tokenizer or graph that will not load
+        raise ModelMissingError(f"cannot load the model in {folder}: {type(exc).__name__}: {str(exc)[:200]}") from None

@@ -16,13 +16,13 @@ from functools import lru_cache
 
 import numpy as np
 
-from .nli import CrossEncoder, _softmax, shipped_dir
+from .nli import CrossEncoder, _softmax, load_encoder, shipped_dir
 
 
 @lru_cache(maxsize=2)
 def load_reranker(folder: str | None = None) -> CrossEncoder:
     """The shipped reranker (or a cross-encoder folder with a 'relevant' label)."""
-    return CrossEncoder(folder or shipped_dir("rerank"))
+    return load_encoder(folder or shipped_dir("rerank"))
 
 
 def relevance(model: CrossEncoder, query: str, texts: Sequence[str]) -> np.ndarray:

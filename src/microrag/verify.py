@@ -30,7 +30,8 @@ REFUSAL = "I can't give an answer that the documents support."
 _CITE = r"\[(?:\d+(?:\s*,\s*\d+)*|[^\[\]\s]+#\d+|source:[^\[\]]*)\]"
 _CITATION = re.compile(r"\s*" + _CITE)
 _LEADING_CITATIONS = re.compile(r"^(?:\s*" + _CITE + ")+")
-_ABBREV = re.compile(r"(?:\b(?:e\.g|i\.e|etc|vs|approx|Dr|Mr|Mrs|Ms|Prof|No|Fig|St|Inc|Ltd|al)\.|\b[A-Z]\.)$")
+_ABBREV = re.compile(r"(?:\b(?:e\.g|i\.e|etc|vs|approx|No|Fig|Inc|Ltd|al)\.|\b[A-Z]\.)$")
+_TITLE = re.compile(r"\b(?:Dr|Mr|Mrs|Ms|Prof|St)\.$")
 # List items: "- x", "* x", "1. x", "2) x" at the start of a line.
 _BULLET = re.compile(r"^\s*(?:[-*\u2022]|\d{1,2}[.)])\s+")
 
@@ -95,10 +96,14 @@ def split_sentences(answer: str) -> list[str]:
             sent = line[s:e].strip()
             # A citation after the full stop ("... week. [2] Next") belongs to the sentence before.
             lead = _LEADING_CITATIONS.match(sent)
-            if out and lead and lead.group(0).strip():
+            rest = sent[lead.end():].strip() if lead else sent
+            # Same line, or a line of citations only: the tag belongs to the sentence before.
+            if out and lead and lead.group(0).strip() and (not pending_break or not rest):
                 out[-1] += " " + lead.group(0).strip()
-                sent = sent[lead.end():].strip()
-            if sent and out and _ABBREV.search(out[-1]) and not pending_break:
+                sent = rest
+            # A title always precedes a name; after "e.g." or "etc." only a lower-case word continues.
+            glued = _TITLE.search(out[-1]) or (_ABBREV.search(out[-1]) and sent[:1].islower()) if out else False
+            if sent and glued and not pending_break:
                 out[-1] += " " + sent  # "e.g." / "Dr." ended no sentence
             elif sent:
                 out.append(sent)

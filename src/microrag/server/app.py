@@ -276,6 +276,8 @@ def create_app(cfg: ServerConfig) -> FastAPI:
             if cfg.output_guard and not baseline:  # the sentences are model output too
                 for row in verification["sentences"]:
                     row["sentence"] = guard.redact(row["sentence"])[0]
+                    # `missing` quotes the raw sentence: keep only what survived redaction
+                    row["missing"] = [m for m in row["missing"] if m in row["sentence"]]
         return text, mode, tool_results, out_flags, verification
 
     def _stream(question, r, who, sources, flags, safe_query, check=False):
