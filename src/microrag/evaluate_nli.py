@@ -20,8 +20,6 @@ It changes nothing the engine does; thresholds are calibrated by ``calibrate``.
 
 from __future__ import annotations
 
-import gzip
-import json
 import random
 from collections import Counter
 from collections.abc import Sequence
@@ -30,6 +28,7 @@ from pathlib import Path
 
 import numpy as np
 
+from .evaluate import _jsonl
 from .verify import CONTRADICTED, ENTAILED, NEUTRAL, decide, unsupported_facts
 
 LABELS = ("entailment", "neutral", "contradiction")
@@ -38,9 +37,7 @@ TWO_WAY = ("scitail_test",)
 
 
 def read_jsonl(path: Path) -> list[dict]:
-    opener = gzip.open if str(path).endswith(".gz") else open
-    with opener(path, "rt", encoding="utf-8") as f:
-        return [json.loads(line) for line in f if line.strip()]
+    return list(_jsonl(Path(path)))
 
 
 def sample(rows: list, limit: int | None, seed: int = 0) -> list:
@@ -215,7 +212,7 @@ def calibrate(nli, shared: Path, limit: int | None = 600) -> dict:
     unrelated)-flagged rates; contradicted-vs-neutral among the flagged ones.
     Never tuned on a set the report measures.
     """
-    items = [(c, s, w) for c, s, w in scifact_items(shared, "train", limit, seed=1)]
+    items = scifact_items(shared, "train", limit, seed=1)
     items += [(c, s, w) for c, s, w, _ in rag_items(shared, limit, seed=1, split="train")]
     grids = [nli.score_grid(c, [s])[0] for c, s, _ in items]
     want = [w for _, _, w in items]

@@ -175,21 +175,22 @@ class NLIModel:
         cut scores (0, 1, 0). A claim found verbatim in a chunk is entailed
         without a model call.
         """
-        wins = [windows(c) for c in chunks]
-        flat = [(ci, w) for ci, ws in enumerate(wins) for w in ws]
+        flat = [(ci, w) for ci, c in enumerate(chunks) for w in windows(c)]
+        # Per chunk and per window once, not once per claim.
+        chunk_norms = [f" {_norm(c)} " for c in chunks]
+        win_words = [_content(w) for _, w in flat]
         grid = [[(0.0, 1.0, 0.0) for _ in chunks] for _ in claims]
         pairs, where = [], []
         for k, claim in enumerate(claims):
             norm = _norm(claim)
             # Whole words only, and not for tiny claims: "No." is inside half of all chunks.
-            copied = [ci for ci, c in enumerate(chunks)
-                      if len(norm.split()) >= 4 and f" {norm} " in f" {_norm(c)} "]
+            copied = [ci for ci, cn in enumerate(chunk_norms) if len(norm.split()) >= 4 and f" {norm} " in cn]
             for ci in copied:
                 grid[k][ci] = (1.0, 0.0, 0.0)
             if copied:
                 continue
             words = _content(claim)
-            ranked = sorted(range(len(flat)), key=lambda i: -len(words & _content(flat[i][1])))
+            ranked = sorted(range(len(flat)), key=lambda i: -len(words & win_words[i]))
             for i in ranked[: self.pairs_per_claim]:
                 pairs.append((flat[i][1], claim))
                 where.append((k, flat[i][0]))
