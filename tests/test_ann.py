@@ -7,12 +7,12 @@ import random
 import numpy as np
 import pytest
 
-from microrag import override, preset
-from microrag.ann import top_n
-from microrag.chunk import Chunk
-from microrag.index import build_index
-from microrag.pipeline import _maybe_ann
-from microrag.retrieve import retrieve
+from microrag_engine import override, preset
+from microrag_engine.ann import top_n
+from microrag_engine.chunk import Chunk
+from microrag_engine.index import build_index
+from microrag_engine.pipeline import _maybe_ann
+from microrag_engine.retrieve import retrieve
 
 faiss = pytest.importorskip("faiss", reason="faiss-cpu not installed (extra 'ann')")
 

@@ -2,9 +2,9 @@
 
 from __future__ import annotations
 
-from microrag.augment import build_messages
-from microrag.chunk import Chunk
-from microrag.retrieve import Hit
+from microrag_engine.augment import build_messages
+from microrag_engine.chunk import Chunk
+from microrag_engine.retrieve import Hit
 
 
 def _hit(doc, k, text):

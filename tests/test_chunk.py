@@ -8,8 +8,8 @@ import logging
 import pytest
 from hypothesis import given, settings as hsettings, strategies as st
 
-from microrag.chunk import approx_tokens, chunk_chars, chunk_documents, chunk_sentences, load_documents, sentence_spans
-from microrag.errors import CorpusError
+from microrag_engine.chunk import approx_tokens, chunk_chars, chunk_documents, chunk_sentences, load_documents, sentence_spans
+from microrag_engine.errors import CorpusError
 
 
 def make_pdf(text: str) -> bytes:

@@ -6,10 +6,10 @@ import json
 
 import pytest
 
-from microrag import preset
-from microrag.pipeline import Engine, demo_corpus
+from microrag_engine import preset
+from microrag_engine.pipeline import Engine, demo_corpus
 
-from conftest import FIXTURES, needs_models, run_cli
+from conftest import FIXTURES, needs_models, needs_shared, run_cli
 
 # (question, the one document that answers it) - written with the demo handbook.
 DEMO_QA = [
@@ -61,6 +61,7 @@ def test_extractive_answer_cites_the_right_document(demo_engine, question, doc):
     assert f"[source: {doc} · chunk" in ans.text
 
 
+@needs_shared
 def test_extractive_answer_refuses_plainly():
     eng = Engine.from_paths([FIXTURES / "seed-kb"], preset("seed"))
     ans = eng.ask("flibberjab wuzzle qxzzy")

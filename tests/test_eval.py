@@ -12,10 +12,10 @@ import json
 import numpy as np
 import pytest
 
-from microrag import preset
-from microrag.evaluate import Dataset, evaluate, load_dataset, measure, recall_at
+from microrag_engine import preset
+from microrag_engine.evaluate import Dataset, evaluate, load_dataset, measure, recall_at
 
-from conftest import ROOT, SHARED, needs_models
+from conftest import ROOT, SHARED, needs_models, needs_shared
 
 EXPECTED = ROOT / "benchmarks" / "expected"
 CASES = [("scifact", "test", "scifact-corpus.minilm.npz"), ("hotpotqa-100", "test", "hotpotqa-100.minilm.npz")]
@@ -33,6 +33,7 @@ def test_metrics_against_hand_computed_values():
 
 
 @needs_models
+@needs_shared
 @pytest.mark.parametrize("name,split,cache", CASES)
 def test_default_preset_scores_do_not_move(name, split, cache):
     folder = SHARED / "datasets" / name
@@ -53,7 +54,7 @@ def test_default_preset_scores_do_not_move(name, split, cache):
 
 
 def _cache_matches_live_embedder(ds: Dataset, cache_path) -> None:
-    from microrag.index import make_embedder
+    from microrag_engine.index import make_embedder
 
     with np.load(cache_path) as z:
         cached = z["vectors"].astype(np.float32)

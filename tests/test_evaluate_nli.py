@@ -10,7 +10,7 @@ import json
 
 import pytest
 
-from conftest import ROOT, SHARED, needs_models
+from conftest import ROOT, SHARED, needs_models, needs_shared
 
 EXPECTED = ROOT / "benchmarks" / "expected"
 TOL = 0.005
@@ -27,11 +27,12 @@ def _flat(d: dict, prefix: str = "") -> dict[str, float]:
 
 
 @needs_models
+@needs_shared
 def test_sample_figures_reproduce():
-    from microrag import evaluate_nli as ev
-    from microrag.config import PRESETS
-    from microrag.nli import load_nli
-    from microrag.pipeline import Engine, demo_corpus
+    from microrag_engine import evaluate_nli as ev
+    from microrag_engine.config import PRESETS
+    from microrag_engine.nli import load_nli
+    from microrag_engine.pipeline import Engine, demo_corpus
 
     expected = json.loads((EXPECTED / "nli-sample.json").read_text())
     engine = Engine.from_paths([demo_corpus()], PRESETS["default"])
@@ -49,8 +50,9 @@ def test_readme_table_matches_the_recorded_figures():
     assert f"{fig['scifact_test']['support_entailed']:.3f}" in readme
 
 
+@needs_shared
 def test_calibration_never_reads_a_reported_set():
-    from microrag import evaluate_nli as ev
+    from microrag_engine import evaluate_nli as ev
 
     claims_train = {s for _, s, _ in ev.scifact_items(SHARED / "datasets", "train")}
     claims_test = {s for _, s, _ in ev.scifact_items(SHARED / "datasets", "test")}

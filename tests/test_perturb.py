@@ -6,7 +6,7 @@ import random
 
 import pytest
 
-from microrag import perturb as P
+from microrag_engine import perturb as P
 
 S = "Employees receive 20 vacation days per year and can carry over 5 days until March 31, 2025."
 

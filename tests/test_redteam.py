@@ -17,17 +17,17 @@ import pytest
 pytest.importorskip("fastapi", reason="server extra not installed")
 import uvicorn  # noqa: E402
 
-from microrag import override, preset  # noqa: E402
-from microrag.generate import LLMConfig  # noqa: E402
-from microrag.ingest import ingest_paths  # noqa: E402
-from microrag.redteam.attacks import kb_secrets, recoverable, run_all  # noqa: E402
-from microrag.redteam.compliant import respond, serve as serve_model  # noqa: E402
-from microrag.server.app import ServerConfig, create_app  # noqa: E402
-from microrag.server.auth import KeyStore  # noqa: E402
-from microrag.server.state import ServerState  # noqa: E402
-from microrag.store import open_store  # noqa: E402
+from microrag_engine import override, preset  # noqa: E402
+from microrag_engine.generate import LLMConfig  # noqa: E402
+from microrag_engine.ingest import ingest_paths  # noqa: E402
+from microrag_engine.redteam.attacks import kb_secrets, recoverable, run_all  # noqa: E402
+from microrag_engine.redteam.compliant import respond, serve as serve_model  # noqa: E402
+from microrag_engine.server.app import ServerConfig, create_app  # noqa: E402
+from microrag_engine.server.auth import KeyStore  # noqa: E402
+from microrag_engine.server.state import ServerState  # noqa: E402
+from microrag_engine.store import open_store  # noqa: E402
 
-from conftest import FIXTURES, needs_models, run_cli  # noqa: E402
+from conftest import FIXTURES, needs_models, needs_shared, run_cli  # noqa: E402
 
 LAB_KB = FIXTURES / "lab-kb"
 
@@ -88,6 +88,7 @@ def test_recoverable_sees_through_encodings():
 
 
 @needs_models
+@needs_shared
 def test_every_attack_succeeds_against_the_lab_baseline(tmp_path, model, probe):
     server, url, keys = start_server(tmp_path, "lab-baseline", model)
     try:
@@ -99,6 +100,7 @@ def test_every_attack_succeeds_against_the_lab_baseline(tmp_path, model, probe):
 
 
 @needs_models
+@needs_shared
 def test_no_attack_succeeds_against_the_default_profile(tmp_path, model, probe):
     server, url, keys = start_server(tmp_path, "hardened", model)
     try:
@@ -111,6 +113,7 @@ def test_no_attack_succeeds_against_the_default_profile(tmp_path, model, probe):
     assert kb_secrets(LAB_KB)  # the predicate had secrets to look for
 
 
+@needs_shared
 def test_redteam_cli_reports_unreachable_target_cleanly(probe):
     proc = run_cli("redteam", "--target", "http://127.0.0.1:9", "--kb", str(LAB_KB), "--probe", str(probe))
     assert proc.returncode != 0 and "cannot reach" in proc.stderr and "Traceback" not in proc.stderr

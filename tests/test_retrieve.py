@@ -5,10 +5,10 @@ from __future__ import annotations
 import numpy as np
 import pytest
 
-from microrag import override, preset
-from microrag.chunk import Chunk
-from microrag.index import build_index
-from microrag.retrieve import (GateSignals, diversity_cap, dynamic_w_kw, exact_token_in, fuse_minmax, fuse_rrf,
+from microrag_engine import override, preset
+from microrag_engine.chunk import Chunk
+from microrag_engine.index import build_index
+from microrag_engine.retrieve import (GateSignals, diversity_cap, dynamic_w_kw, exact_token_in, fuse_minmax, fuse_rrf,
                                grounding_gate, looks_exact, minmax, ranks, retrieve)
 
 

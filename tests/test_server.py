@@ -18,13 +18,13 @@ import pytest
 pytest.importorskip("fastapi", reason="server extra not installed")
 import uvicorn  # noqa: E402
 
-from microrag import preset  # noqa: E402
-from microrag.generate import LLMConfig  # noqa: E402
-from microrag.ingest import ingest_paths  # noqa: E402
-from microrag.server.app import ServerConfig, create_app  # noqa: E402
-from microrag.server.auth import KeyStore  # noqa: E402
-from microrag.server.state import ServerState  # noqa: E402
-from microrag.store import open_store  # noqa: E402
+from microrag_engine import preset  # noqa: E402
+from microrag_engine.generate import LLMConfig  # noqa: E402
+from microrag_engine.ingest import ingest_paths  # noqa: E402
+from microrag_engine.server.app import ServerConfig, create_app  # noqa: E402
+from microrag_engine.server.auth import KeyStore  # noqa: E402
+from microrag_engine.server.state import ServerState  # noqa: E402
+from microrag_engine.store import open_store  # noqa: E402
 
 from conftest import needs_models  # noqa: E402
 

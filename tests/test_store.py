@@ -14,11 +14,11 @@ import numpy as np
 import pytest
 from hypothesis import HealthCheck, given, settings as hsettings, strategies as st
 
-from microrag import override, preset
-from microrag.errors import ConfigError, CorpusError
-from microrag.ingest import delete_documents, ingest_paths
-from microrag.pipeline import Engine
-from microrag.store import open_store
+from microrag_engine import override, preset
+from microrag_engine.errors import ConfigError, CorpusError
+from microrag_engine.ingest import delete_documents, ingest_paths
+from microrag_engine.pipeline import Engine
+from microrag_engine.store import open_store
 
 from conftest import ROOT, run_cli
 
@@ -54,7 +54,7 @@ def store(request, tmp_path):
     if request.param == "sqlite":
         s = open_store(tmp_path / "ix")
     else:
-        from microrag.store.postgres import PostgresStore
+        from microrag_engine.store.postgres import PostgresStore
 
         s = PostgresStore(os.environ["MICRORAG_TEST_PG"], schema=f"t_{os.getpid()}_{random.randrange(10**9)}")
     yield s
@@ -242,7 +242,7 @@ def _open(index):
 
 
 def _ingest_cmd(index, corpus):
-    return [sys.executable, "-m", "microrag.cli", "ingest", "-q", "--preset", "seed", "--prune",
+    return [sys.executable, "-m", "microrag_engine.cli", "ingest", "-q", "--preset", "seed", "--prune",
             "--index", str(index), str(corpus)]
 
 
@@ -346,7 +346,7 @@ needs_pg = pytest.mark.skipif("postgres" not in BACKENDS, reason="set MICRORAG_T
 
 
 def _pg_store():
-    from microrag.store.postgres import PostgresStore
+    from microrag_engine.store.postgres import PostgresStore
 
     return PostgresStore(os.environ["MICRORAG_TEST_PG"], schema=f"s_{os.getpid()}_{random.randrange(10**9)}")
 
@@ -361,7 +361,7 @@ def test_postgres_bm25_equals_bm25s_and_cosine_equals_dot(tmp_path):
     try:
         ingest_paths(store, [write(tmp_path / "docs", files)], SEED)
         local = Engine.from_store(store, SEED, remote=False)
-        from microrag.index import BM25Scorer
+        from microrag_engine.index import BM25Scorer
 
         texts = [c.text for c in local.index.chunks]
         ref = BM25Scorer(0.9, 0.4).fit(texts)

@@ -42,8 +42,8 @@ def training_pairs(seed: int = 13) -> list[dict]:
     """The pairs, mined once with the project venv (BM25 + MiniLM) and cached in build/."""
     if CACHE.exists():
         return [json.loads(line) for line in CACHE.read_text().splitlines()]
-    from microrag.config import PRESETS
-    from microrag.evaluate import Scorer, load_beir, load_hotpot
+    from microrag_engine.config import PRESETS
+    from microrag_engine.evaluate import Scorer, load_beir, load_hotpot
 
     rng = random.Random(seed)
     settings = PRESETS["default"]

@@ -20,13 +20,13 @@ SHARED = REPO.parent / "shared" / "datasets"
 
 
 def main(kind: str, src: str) -> None:
-    dest = REPO / "src" / "microrag" / "models" / kind
+    dest = REPO / "src" / "microrag_engine" / "models" / kind
     dest.mkdir(parents=True, exist_ok=True)
     for name in ("model.onnx", "config.json", "tokenizer.json"):
         shutil.copy2(Path(src) / name, dest / name)
     if kind == "nli":
-        from microrag import evaluate_nli
-        from microrag.nli import CrossEncoder, NLIModel
+        from microrag_engine import evaluate_nli
+        from microrag_engine.nli import CrossEncoder, NLIModel
 
         best = evaluate_nli.calibrate(NLIModel(CrossEncoder(dest)), SHARED)
         cfg = json.loads((dest / "config.json").read_text())

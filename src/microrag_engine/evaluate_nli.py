@@ -127,7 +127,7 @@ def _passages(shared: Path, split: str = "test") -> list[list[str]]:
 
     texts = []
     if split == "test":
-        demo = Path(str(files("microrag") / "data" / "demo-corpus"))
+        demo = Path(str(files("microrag_engine") / "data" / "demo-corpus"))
         texts = [c.text for c in chunk_documents(load_documents([demo]), PRESETS["default"])]
     qids = {line.split("\t")[1] for line in (shared / "scifact" / "qrels" / f"{split}.tsv").read_text().splitlines()[1:]}
     texts += [d["text"] for d in read_jsonl(shared / "scifact" / "corpus.jsonl.gz") if d["_id"] in qids]
@@ -182,7 +182,7 @@ def rag_synthetic(nli, shared: Path, limit: int | None = None) -> dict:
 
 def rag_handwritten(nli, engine) -> dict:
     """The hand-written checks against the demo engine's top-4 chunks for their query."""
-    rows = read_jsonl(Path(str(files("microrag") / "data" / "eval" / "rag-checks.jsonl")))
+    rows = read_jsonl(Path(str(files("microrag_engine") / "data" / "eval" / "rag-checks.jsonl")))
     items = []
     for r in rows:
         hits = engine.retrieve(r["query"], safeguards=False).hits  # the gate is not under test here

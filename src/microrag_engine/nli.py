@@ -34,7 +34,7 @@ _LABEL_NAMES = {"entailment": E, "entail": E, "entailed": E, "neutral": N, "not_
 
 def shipped_dir(name: str) -> Path:
     """Folder of a model that ships inside the package (``nli`` or ``rerank``)."""
-    return Path(str(files("microrag") / "models" / name))
+    return Path(str(files("microrag_engine") / "models" / name))
 
 
 def _tokenizer(folder: Path, cfg: dict, max_length: int):
@@ -266,7 +266,7 @@ def load_encoder(folder: Path) -> CrossEncoder:
     try:
         return CrossEncoder(folder)
     except ImportError as exc:  # onnxruntime / tokenizers are the 'models' extra
-        raise ModelMissingError(f"the cross-encoder needs {exc.name}: pip install 'microrag[models]'") from None
+        raise ModelMissingError(f"the cross-encoder needs {exc.name}: pip install 'microrag-engine[models]'") from None
     except (ModelMissingError, ConfigError):
         raise
     except Exception as exc:  # bad JSON, a tokenizer or graph that will not load

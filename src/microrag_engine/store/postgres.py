@@ -67,7 +67,7 @@ class PostgresStore(Store):
         try:
             import psycopg
         except ImportError:
-            raise MicroRAGError("the postgres store needs its extra: pip install 'microrag[postgres]'") from None
+            raise MicroRAGError("the postgres store needs its extra: pip install 'microrag-engine[postgres]'") from None
         if not re.fullmatch(r"[a-z_][a-z0-9_]{0,62}", schema):
             raise MicroRAGError(f"invalid schema name {schema!r}: use lower-case letters, digits and _")
         self.schema, self.k1, self.b = schema, k1, b

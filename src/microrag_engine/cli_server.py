@@ -99,7 +99,7 @@ def cmd_serve(args: argparse.Namespace) -> int:
         from .server.auth import KeyStore
         from .server.state import ServerState
     except ImportError:
-        raise MicroRAGError("the server needs its extra: pip install 'microrag[server]'") from None
+        raise MicroRAGError("the server needs its extra: pip install 'microrag-engine[server]'") from None
     from pathlib import Path
 
     loopback = args.host in ("127.0.0.1", "localhost", "::1")
