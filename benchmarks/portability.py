@@ -51,8 +51,19 @@ def cpu_flags() -> list[str]:
     return sorted(f for f in flags if f.startswith(("avx512_vnni", "avx_vnni", "amx", "avx2", "avx512f")))
 
 
-def dump(folder: Path, out: Path, limit: int, onnx: Path | None) -> None:
+def dump(folder: Path, out: Path, limit: int, onnx: Path | None, no_fusion: bool = False, numpy_ref: bool = False) -> None:
+    from microrag_engine import index
     from microrag_engine.nli import CrossEncoder, _softmax
+
+    if no_fusion:  # same weights, unfused kernels: another fp32 rounding path on this CPU
+        import onnxruntime as ort
+
+        def unfused(path: Path):
+            opts = ort.SessionOptions()
+            opts.graph_optimization_level = ort.GraphOptimizationLevel.ORT_DISABLE_ALL
+            return ort.InferenceSession(str(path), opts, providers=["CPUExecutionProvider"])
+
+        index.ort_session = unfused
 
     with tempfile.TemporaryDirectory() as tmp:
         if onnx is not None:  # same tokenizer and config, another graph
@@ -61,9 +72,18 @@ def dump(folder: Path, out: Path, limit: int, onnx: Path | None) -> None:
             os.symlink(onnx.resolve(), Path(tmp) / "model.onnx")
             folder = Path(tmp)
         enc = CrossEncoder(folder)
+        if numpy_ref:  # the same weights through bert_numpy's independent forward pass
+            import onnx as onnx_lib
+
+            sys.path.insert(0, str(ROOT / "training"))
+            from requantize import hf_weights
+            from microrag_engine.bert_numpy import NumpyBert
+
+            graph = onnx_lib.load(str(folder / "model.onnx"))
+            enc._forward = NumpyBert({"num_attention_heads": 12, "num_hidden_layers": 6}, hf_weights(graph))
         probs = _softmax(enc.logits(pairs(limit)))
     out.parent.mkdir(parents=True, exist_ok=True)
-    np.savez(out, probs=probs, meta=json.dumps({"model": str(onnx or folder), "limit": limit, "cpu_flags": cpu_flags(),
+    np.savez(out, probs=probs, meta=json.dumps({"model": str(onnx or folder), "limit": limit, "no_fusion": no_fusion, "numpy": numpy_ref, "cpu_flags": cpu_flags(),
                                                 "machine": platform.machine()}))
     print(f"{out}: {len(probs)} pairs")
 
@@ -86,12 +106,14 @@ def main(argv: list[str] | None = None) -> None:
     d.add_argument("out", type=Path)
     d.add_argument("--onnx", type=Path, help="another graph for the same folder (e.g. the fp32 reference)")
     d.add_argument("--limit", type=int, default=200, help="rows per set")
+    d.add_argument("--no-fusion", action="store_true", help="disable graph optimisations (a proxy for another CPU's kernels)")
+    d.add_argument("--numpy", action="store_true", help="run the graph's weights through bert_numpy instead of onnxruntime")
     c = sub.add_parser("compare")
     c.add_argument("a", type=Path)
     c.add_argument("b", type=Path)
     args = ap.parse_args(argv)
     if args.cmd == "dump":
-        dump(args.folder, args.out, args.limit, args.onnx)
+        dump(args.folder, args.out, args.limit, args.onnx, args.no_fusion, args.numpy)
     else:
         print(json.dumps(compare(args.a, args.b)))
 

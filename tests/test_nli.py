@@ -96,7 +96,7 @@ def test_windows_are_overlapping_sentence_pairs():
 @needs_models
 def test_shipped_model_is_in_the_package_small_and_loads_offline():
     folder = shipped_dir("nli")
-    assert (folder / "model.onnx").stat().st_size <= 25 * 2**20
+    assert (folder / "model.onnx").stat().st_size <= 45 * 2**20  # fp16-stored weights
     cfg = json.loads((folder / "config.json").read_text())
     assert set(cfg["id2label"].values()) == {"entailment", "neutral", "contradiction"}
     assert 0 < cfg["microrag"]["min_entail"] < 1  # calibrated, recorded with the model
@@ -132,3 +132,81 @@ def test_score_grid_copy_shortcut_and_pair_budget():
 
     v = verify("Vacation is 25 days per year.", [("c#0", chunks[0])], nli)
     assert v.sentences[0].verdict != "entailed" and v.sentences[0].missing == ("25",)
+
+
+# ---------------------------------------------------------------- CPU-portable numerics
+# The first shipped graphs used dynamic int8: onnxruntime quantises activations to u8 at
+# run time and multiplies them by s8 weights. Their verdicts depended on the CPU: the
+# AVX2 kernel (no VNNI) adds pairs of u8*s8 products in 16 bits and saturates, and even
+# with 7-bit weights (which cannot saturate) rounding differences of a few ULP between
+# kernel paths flip activations across u8 steps: measured 0.9% of argmax verdicts moved
+# (max probability gap 0.084) between fused and unfused kernels on one CPU
+# (benchmarks/portability.py, model card). The graphs now store weights as fp16 and
+# compute in fp32, so kernel paths differ by rounding only.
+
+_INTEGER_OPS = {"MatMulInteger", "DynamicQuantizeLinear", "QLinearMatMul", "ConvInteger", "QuantizeLinear",
+                "DequantizeLinear", "MatMulIntegerToFloat", "DynamicQuantizeMatMul", "QAttention"}
+# Largest probability gap allowed between onnxruntime and bert_numpy on the same weights.
+# Measured over 1,000 NLI/SciFact pairs: 1.8e-6 (ORT vs numpy, AVX-512 CPU), 2.5e-6 (ORT
+# fused vs unfused kernels); see the model card for the AVX2 path. 1e-4 is 40x the largest
+# of those. (The closest of those pairs to a decision boundary - argmax, min_entail or
+# min_contra - sat 1.3e-4 away, 50x the measured gap: why verdicts, and so the figures in
+# benchmarks/expected/, reproduce across CPUs.)
+NUMPY_GAP_MAX = 1e-4
+
+
+def _graph(name: str):
+    onnx = pytest.importorskip("onnx", reason="onnx reads the graph (installed by `make test`)")
+    return onnx, onnx.load(str(shipped_dir(name) / "model.onnx"))
+
+
+@pytest.mark.parametrize("name", ["nli", "rerank"])
+def test_shipped_graphs_compute_in_fp32(name):
+    onnx, model = _graph(name)
+    ops = {n.op_type for n in model.graph.node}
+    assert not ops & _INTEGER_OPS, f"integer kernels give CPU-dependent verdicts: {ops & _INTEGER_OPS}"
+    casts = [n for n in model.graph.node if n.op_type == "Cast"]
+    stored = {t.name for t in model.graph.initializer if t.data_type == onnx.TensorProto.FLOAT16}
+    assert stored and all(n.input[0] not in stored or n.attribute[0].i == onnx.TensorProto.FLOAT for n in casts)
+    assert (shipped_dir(name) / "model.onnx").stat().st_size <= 45 * 2**20
+
+
+def _demo_pairs() -> list[tuple[str, str]]:
+    """Each hand-written check sentence against the 4 demo chunks sharing most words with it."""
+    from microrag_engine.chunk import chunk_documents, load_documents
+    from microrag_engine.pipeline import demo_corpus
+
+    chunks = [c.text for c in chunk_documents(load_documents([demo_corpus()]), "chars")]
+    words = [set(c.lower().split()) for c in chunks]
+    checks = shipped_dir("nli").parent.parent / "data" / "eval" / "rag-checks.jsonl"
+    pairs = []
+    for line in checks.read_text().splitlines():
+        sentence = json.loads(line)["sentence"]
+        s = set(sentence.lower().split())
+        best = sorted(range(len(chunks)), key=lambda i: (-len(words[i] & s), i))[:4]
+        pairs += [(chunks[i], sentence) for i in best]
+    return pairs
+
+
+@needs_models
+@pytest.mark.parametrize("name", ["nli", "rerank"])
+def test_shipped_graph_matches_the_numpy_reference(name):
+    """onnxruntime (whatever kernels this CPU selects) vs an independent numpy forward pass."""
+    import sys
+
+    from conftest import ROOT
+    from microrag_engine.bert_numpy import NumpyBert
+    from microrag_engine.nli import _softmax
+
+    _, model = _graph(name)
+    sys.path.insert(0, str(ROOT / "training"))
+    from requantize import hf_weights
+
+    pairs = _demo_pairs()
+    enc = CrossEncoder(shipped_dir(name))
+    ours = _softmax(enc.logits(pairs))
+    enc._forward = NumpyBert({"num_attention_heads": 12, "num_hidden_layers": 6}, hf_weights(model))
+    ref = _softmax(enc.logits(pairs))
+    assert len(pairs) == 160
+    assert np.array_equal(ours.argmax(1), ref.argmax(1))
+    assert np.abs(ours - ref).max() <= NUMPY_GAP_MAX

@@ -1,24 +1,29 @@
-"""Rebuild a shipped cross-encoder's int8 graph so it gives the same numbers on every x86-64 CPU.
+"""Rebuild a shipped cross-encoder's graph so it gives the same verdicts on every x86-64 CPU.
 
     .venv/bin/python training/requantize.py src/microrag_engine/models/nli build/nli-fp32.onnx
     .venv/bin/python training/requantize.py src/microrag_engine/models/rerank build/rerank-fp32.onnx
 
-Why: onnxruntime's dynamic int8 MatMul multiplies u8 activations by s8 weights. On
-CPUs without AVX-512 VNNI the AVX2 kernel adds pairs of u8*s8 products into 16-bit
-lanes (``vpmaddubsw``), which saturate when both operands are large (255*127*2 >
-32767); VNNI and AMX kernels accumulate in 32 bits and never saturate. So one graph
-gave different verdicts on different CPUs. With 7-bit weights (``reduce_range=True``,
-|w| <= 63) a pair sums to at most 255*64*2 = 32640: no saturation on any path, and the
-integer products are exact everywhere.
+Run once, on the int8 graphs the first release shipped (git history holds them).
 
-What it does: the shipped graph is the only copy of the trained weights, so it is first
-turned back into an fp32 graph (each ``DynamicQuantizeLinear -> MatMulInteger -> Cast ->
-Mul`` chain becomes one ``MatMul`` with the dequantized weights; each quantized
-embedding ``Gather -> DequantizeLinear`` becomes a ``Gather`` over fp32 rows). That fp32
-graph is the reference the model card compares against (written to the second path, not
-shipped). It is then quantized again with onnxruntime's ``quantize_dynamic`` (per-channel
-QInt8 weights, ``reduce_range=True``) and the result replaces ``model.onnx`` in place.
-It does not retrain and does not change the tokenizer or the config.
+Why: those graphs were dynamic int8: onnxruntime quantises activations to u8 at run
+time and multiplies them by s8 weights. Their verdicts depended on the CPU, for two
+reasons. (1) Without AVX-512 VNNI the AVX2 kernel adds pairs of u8*s8 products into
+16-bit lanes (``vpmaddubsw``), which saturate when both are large (255*127*2 > 32767);
+VNNI and AMX kernels accumulate in 32 bits. 7-bit weights (``reduce_range``) remove that,
+but (2) fp32 kernels (LayerNorm, Softmax, GELU, the attention MatMuls) round differently
+on AVX2 and AVX-512 paths, and a few ULP is enough to move an activation across a u8
+step: measured, 0.9% of verdicts flipped between fused and unfused kernels on one CPU,
+7-bit weights or not (benchmarks/portability.py; model card). In fp32 the same ULP
+differences stay ULP-sized (2.5e-6 in probability), far below any decision margin.
+
+What it does: the int8 graph is the only copy of the trained weights, so it is turned
+back into an fp32 graph (each ``DynamicQuantizeLinear -> MatMulInteger -> Cast -> Mul``
+chain becomes one ``MatMul`` with the dequantized weights; each quantized embedding
+``Gather -> DequantizeLinear`` a ``Gather`` over fp32 rows). That graph is the fp32
+reference (written to the second path, not shipped). The shipped ``model.onnx`` stores
+the same weights as fp16 behind ``Cast`` nodes, which onnxruntime folds back to fp32
+constants at load: half the file, fp32 arithmetic. It does not retrain and does not
+change the tokenizer or the config (``training/ship.py`` recalibrates the thresholds).
 """
 
 from __future__ import annotations
@@ -108,16 +113,58 @@ def _toposort(nodes: list, g) -> list:
     return order
 
 
-def main(folder: str, fp32_out: str) -> None:
-    from onnxruntime.quantization import QuantType, quantize_dynamic
+def fp16_storage(model: onnx.ModelProto, min_size: int = 4096) -> onnx.ModelProto:
+    """Store each large fp32 weight as fp16 behind a ``Cast`` back to fp32.
 
+    onnxruntime folds a ``Cast`` of an initializer into a constant when the session
+    loads, so inference runs entirely in fp32 (half the file size, the same speed);
+    the stored values are the fp32 weights rounded to fp16 (relative error <= 2**-11).
+    """
+    g = model.graph
+    keep, casts = [], []
+    for t in g.initializer:
+        a = numpy_helper.to_array(t)
+        if a.dtype == np.float32 and a.size >= min_size:
+            keep.append(numpy_helper.from_array(a.astype(np.float16), t.name + "_fp16"))
+            casts.append(helper.make_node("Cast", [t.name + "_fp16"], [t.name], to=onnx.TensorProto.FLOAT,
+                                          name=t.name + "_cast"))
+        else:
+            keep.append(t)
+    out = helper.make_model(helper.make_graph(casts + list(g.node), g.name, g.input, g.output, keep),
+                            opset_imports=model.opset_import, ir_version=model.ir_version)
+    onnx.checker.check_model(out)
+    return out
+
+
+def hf_weights(model: onnx.ModelProto) -> dict[str, np.ndarray]:
+    """The fp32 weights of a graph this script wrote, under Hugging Face BERT names.
+
+    For checking the graph against ``bert_numpy.NumpyBert`` (an independent forward
+    pass): MatMul weights are found by their node's name and transposed back to
+    ``Linear``'s (out, in) layout; fp16-stored weights are upcast as the graph does.
+    """
+    g = model.graph
+    arr = {t.name: numpy_helper.to_array(t) for t in g.initializer}
+    for n in g.node:  # fp16 storage: name_fp16 -> Cast -> name
+        if n.op_type == "Cast" and n.input[0] in arr:
+            arr[n.output[0]] = arr[n.input[0]].astype(np.float32)
+    out = {k: v for k, v in arr.items() if k.startswith("bert.") or k.startswith("classifier.")}
+    for n in g.node:
+        if n.op_type == "MatMul" and n.input[1] in arr:
+            # "/bert/encoder/layer.0/attention/self/query/MatMul..." -> "bert.encoder.layer.0.attention.self.query"
+            out[".".join(n.name.strip("/").split("/")[:-1]) + ".weight"] = arr[n.input[1]].T
+        elif n.op_type == "Gather" and n.input[0] in arr:
+            out[n.input[0].removesuffix("_fp32")] = arr[n.input[0]]
+    return out
+
+
+def main(folder: str, fp32_out: str) -> None:
     model_path = Path(folder) / "model.onnx"
     ref = dequantize(onnx.load(model_path))
     Path(fp32_out).parent.mkdir(parents=True, exist_ok=True)
     onnx.save(ref, fp32_out)
-    quantize_dynamic(fp32_out, str(model_path), weight_type=QuantType.QInt8, per_channel=True,
-                     reduce_range=True, op_types_to_quantize=["MatMul", "Gather"])
-    print(f"fp32 reference -> {fp32_out}; 7-bit per-channel int8 -> {model_path} "
+    onnx.save(fp16_storage(ref), model_path)
+    print(f"fp32 reference -> {fp32_out}; fp16-stored, fp32-computed graph -> {model_path} "
           f"({model_path.stat().st_size / 2**20:.1f} MiB)")
 
 

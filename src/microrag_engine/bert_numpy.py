@@ -67,13 +67,15 @@ def _layer_norm(x: np.ndarray, w: np.ndarray, b: np.ndarray, eps: float) -> np.n
 class NumpyBert:
     """Callable: feed dict (input_ids, token_type_ids, attention_mask) -> logits."""
 
-    def __init__(self, config: dict, weights_path: Path) -> None:
+    def __init__(self, config: dict, weights_path: Path | dict[str, np.ndarray]) -> None:
         if config.get("model_type", "bert") != "bert":
             raise ConfigError(
                 f"model_type {config.get('model_type')!r} is not supported from safetensors; "
                 "export the model to ONNX (model.onnx) and point at that folder"
             )
-        w = read_safetensors(weights_path)
+        # A dict is the same tensors already in memory (Hugging Face names), e.g. read
+        # back out of an ONNX graph to check it against this reference.
+        w = weights_path if isinstance(weights_path, dict) else read_safetensors(weights_path)
         self.w = {k.removeprefix("bert."): v for k, v in w.items()}
         self.heads = int(config["num_attention_heads"])
         self.layers = int(config["num_hidden_layers"])

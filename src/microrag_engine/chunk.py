@@ -21,6 +21,7 @@ from collections.abc import Callable, Iterable, Iterator
 from dataclasses import dataclass, field
 from pathlib import Path
 
+from . import rx
 from .errors import CorpusError
 
 log = logging.getLogger("microrag")
@@ -190,7 +191,7 @@ def chunk_chars(doc: str, text: str, size: int = 300, overlap: int = 60) -> list
 
 # A sentence ends at . ! ? (optionally closed by quotes/brackets) followed by space.
 _SENT_END = re.compile(r"(?<=[.!?])[\"')\]]*\s+(?=\S)")
-_BLOCK_START = re.compile(r"[ \t]*(?:#{1,6}\s|[-*+]\s|\d+[.)]\s|\|)")
+_BLOCK_START = rx.compile(rf"[ \t]*(?:#{{1,6}}{rx.SPACE}|[-*+]{rx.SPACE}|{rx.DIGIT}+[.)]{rx.SPACE}|\|)")
 _WORDPIECE = re.compile(r"\w+|[^\w\s]")
 
 

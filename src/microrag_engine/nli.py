@@ -235,9 +235,11 @@ class LLMJudge:
 
 def _parse_judgement(text: str, n: int) -> tuple[int | None, int | None]:
     """(label column, passage index) from the judge's reply; unparseable -> neutral."""
-    m = re.search(r"\{.*\}", text, re.S)
+    # The outermost {...}: what a greedy r"\{.*\}" would match, without its quadratic
+    # rescans of a reply full of unclosed braces.
+    start, end = text.find("{"), text.rfind("}")
     try:
-        obj = json.loads(m.group(0)) if m else {}
+        obj = json.loads(text[start : end + 1]) if 0 <= start < end else {}
         label = _LABEL_NAMES.get(str(obj.get("verdict", "")).lower())
         idx = int(obj["passage"]) - 1 if obj.get("passage") is not None else None
     except (ValueError, TypeError, KeyError):

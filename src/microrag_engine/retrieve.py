@@ -14,12 +14,12 @@ Masked-out chunks are not candidates: they never influence normalisation.
 
 from __future__ import annotations
 
-import re
 from dataclasses import dataclass, field
 from typing import Any
 
 import numpy as np
 
+from . import rx
 from .chunk import Chunk
 from .config import Settings
 from .ann import top_n
@@ -99,7 +99,7 @@ def fuse_rrf(kw: np.ndarray, em: np.ndarray, w_kw: float, k: int = 60) -> np.nda
 # Tokens a user copies verbatim: error codes (E-4012), hostnames (db-prod.bw.internal),
 # versions and ids (v2.3.1, AB12), paths and quoted strings. Embeddings blur these;
 # BM25 matches them exactly.
-_EXACT = re.compile(r"""^(?:[`'"].+[`'"]|.*\d.*[A-Za-z].*|.*[A-Za-z].*\d.*|/?[\w-]+(?:[._:/\\][\w-]+)+)$""")
+_EXACT = rx.compile(rf"""^(?:[`'"].+[`'"]|.*{rx.DIGIT}.*[A-Za-z].*|.*[A-Za-z].*{rx.DIGIT}.*|/?[\pL\pN_-]+(?:[._:/\\][\pL\pN_-]+)+)$""")
 
 
 def looks_exact(token: str) -> bool:

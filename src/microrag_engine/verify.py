@@ -20,6 +20,7 @@ import re
 from collections.abc import Sequence
 from dataclasses import asdict, dataclass
 
+from . import rx
 from .chunk import sentence_spans
 
 ENTAILED, NEUTRAL, CONTRADICTED = "entailed", "neutral", "contradicted"
@@ -27,9 +28,9 @@ POLICIES = ("flag", "drop", "refuse")
 REFUSAL = "I can't give an answer that the documents support."
 
 # Citation markers: [1], [2, 3], [handbook.md#4], and the prompt's own [source: doc · chunk k].
-_CITE = r"\[(?:\d+(?:\s*,\s*\d+)*|[^\[\]\s]+#\d+|source:[^\[\]]*)\]"
-_CITATION = re.compile(r"\s*" + _CITE)
-_LEADING_CITATIONS = re.compile(r"^(?:\s*" + _CITE + ")+")
+_CITE = rf"\[(?:{rx.DIGIT}+(?:{rx.SPACE}*,{rx.SPACE}*{rx.DIGIT}+)*|[^\[\]{rx._SPACES}]+#{rx.DIGIT}+|source:[^\[\]]*)\]"
+_CITATION = rx.compile(rx.SPACE + "*" + _CITE)
+_LEADING_CITATIONS = rx.compile(rf"^(?:{rx.SPACE}*{_CITE})+")
 _ABBREV = re.compile(r"(?:\b(?:e\.g|i\.e|etc|vs|approx|No|Fig|Inc|Ltd|al)\.|\b[A-Z]\.)$")
 _TITLE = re.compile(r"\b(?:Dr|Mr|Mrs|Ms|Prof|St)\.$")
 # List items: "- x", "* x", "1. x", "2) x" at the start of a line.
