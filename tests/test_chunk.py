@@ -142,3 +142,37 @@ def test_bad_files_are_skipped_with_one_warning_each(tmp_path, caplog):
 def test_missing_corpus_is_a_clear_error(tmp_path):
     with pytest.raises(CorpusError, match="does not exist"):
         load_documents([tmp_path / "nope"])
+
+
+# ---------------------------------------------------------------- PDF limits (red team #11)
+
+
+def _pdf(path, pages: list[list[str]]) -> None:
+    """A PDF whose pages show these lines (pypdf only: no PDF library beyond the loader's own)."""
+    from pypdf import PdfWriter
+    from pypdf.generic import DecodedStreamObject, DictionaryObject, NameObject
+
+    w = PdfWriter()
+    for lines in pages:
+        page = w.add_blank_page(612, 792)
+        font = DictionaryObject({NameObject("/Type"): NameObject("/Font"), NameObject("/Subtype"): NameObject("/Type1"),
+                                 NameObject("/BaseFont"): NameObject("/Helvetica")})
+        page[NameObject("/Resources")] = DictionaryObject({NameObject("/Font"): DictionaryObject({NameObject("/F1"): w._add_object(font)})})
+        stream = DecodedStreamObject()
+        stream.set_data(b"".join(b"BT /F1 12 Tf 72 %d Td (%s) Tj ET\n" % (720 - 14 * i, s.encode()) for i, s in enumerate(lines)))
+        page[NameObject("/Contents")] = w._add_object(stream)
+    with open(path, "wb") as f:
+        w.write(f)
+
+
+def test_pdf_pages_over_the_limits_are_skipped_or_cut(tmp_path, monkeypatch, caplog):
+    import microrag_engine.chunk as C
+
+    monkeypatch.setattr(C, "MAX_PDF_PAGE_CHARS", 2_000)
+    monkeypatch.setattr(C, "MAX_PDF_PAGE_BYTES", 200_000)
+    _pdf(tmp_path / "crafted.pdf", [["An ordinary first page."], ["word " * 30] * 100, ["x" * 60] * 5_000])
+    with caplog.at_level(logging.WARNING, logger="microrag"):
+        (doc,) = load_documents([tmp_path / "crafted.pdf"])
+    assert doc.text.startswith("An ordinary first page.")
+    assert len(doc.text) < 2_000 + 100  # page 2 cut to 2,000 characters, page 3 never extracted
+    assert "page 2 cut" in caplog.text and "page 3 skipped" in caplog.text

@@ -7,6 +7,7 @@ import codecs
 
 import pytest
 
+from microrag_engine import guard
 from microrag_engine.guard import canonical, entropy, injection_check, redact, scan, summary
 
 from conftest import FIXTURES, needs_shared, run_cli
@@ -131,3 +132,36 @@ def test_presidio_finds_what_structure_misses():
     kinds = summary(found)
     assert {"pii_credit_card", "pii_us_ssn"} <= set(kinds) and "4111" not in redacted and "536-22-8745" not in redacted
     assert "Maria" in redact("Ask Maria Chen about the offsite.", deep=True)[0]  # names are kept on purpose
+
+
+# ---------------------------------------------------------------- long texts (red team #11)
+
+
+@pytest.mark.parametrize("n", [0, 5, 1_000, 250_001])
+def test_pieces_cover_the_text_within_the_size(n):
+    text = ("word " * (n // 5 + 1))[:n]
+    spans = guard.pieces(text, size=1_000, overlap=50)
+    assert all(e - s <= 1_000 for s, e in spans)
+    covered = set()
+    for s, e in spans:
+        covered.update(range(s, e))
+    assert covered == set(range(n))
+
+
+def test_pii_is_found_in_every_piece_of_a_long_text(monkeypatch):
+    if guard.presidio() is None:
+        pytest.skip("the pii extra (presidio + its spaCy model) is not installed")
+    calls = []
+    real = guard.presidio().analyze
+
+    def spy(text, **kw):
+        calls.append(len(text))
+        return real(text=text, **kw)
+
+    monkeypatch.setattr(guard.presidio(), "analyze", spy)
+    monkeypatch.setattr(guard, "PII_PIECE", 2_000)
+    card = "4111 1111 1111 1111"
+    text = ("The quarterly report is attached here. " * 60 + f"Card on file {card} for travel. ") * 4
+    found = [f for f in guard.find_pii(text) if f.kind == "pii_credit_card"]
+    assert sorted(text[f.start:f.end] for f in found) == [card] * 4  # spans are in the whole text
+    assert max(calls) <= 2_000 and len(calls) > 4

@@ -229,6 +229,31 @@ def test_body_size_limit(srv):
     assert r.status_code == 413 and "error" in r.json()
 
 
+@pytest.mark.parametrize("path", ["/query", "/ingest"])
+def test_body_size_limit_counts_chunked_bytes(srv, path):
+    """No Content-Length (chunked encoding): the cap applies to the bytes read (red team #2)."""
+    sent = 0
+
+    def body():  # a generator body makes httpx send Transfer-Encoding: chunked
+        nonlocal sent
+        piece = b'{"query": "' + b"a" * 65_536
+        for _ in range(3_200):  # 200 MiB offered
+            sent += len(piece)
+            yield piece
+            piece = b"a" * 65_536
+
+    def peak_rss() -> int:  # this process's high-water mark; the server runs in it
+        return next(int(line.split()[1]) for line in Path("/proc/self/status").read_text().splitlines()
+                    if line.startswith("VmHWM")) * 1024
+
+    before = peak_rss()
+    r = srv.call("POST", path, "trusted", content=body(), headers={"content-type": "application/json"})
+    assert r.status_code == 413 and "over 1000000 bytes" in r.json()["error"]
+    assert sent > 100 * 2**20  # the client did offer it all (uvicorn drains what the app refused)
+    assert peak_rss() - before < 64 * 2**20  # ...but the server never held it (the red team saw +577 MiB)
+    assert srv.call("GET", "/health").status_code == 200
+
+
 # ---------------------------------------------------------------- concurrency
 
 

@@ -90,11 +90,31 @@ def _read_html(path: Path) -> str:
     return re.sub(r"\n\s*\n+", "\n\n", re.sub(r"[ \t]+", " ", text)).strip()
 
 
+# A real page holds a few thousand characters; a crafted one can hold 70 MB of text
+# that takes minutes and gigabytes to extract. Pages whose content stream is larger
+# than MAX_PDF_PAGE_BYTES are skipped unread, and extracted text is cut at
+# MAX_PDF_PAGE_CHARS per page, each with a warning naming the page.
+MAX_PDF_PAGE_BYTES = 4_000_000
+MAX_PDF_PAGE_CHARS = 100_000
+
+
 def _read_pdf(path: Path) -> str:
     from pypdf import PdfReader
 
     reader = PdfReader(str(path))
-    pages = [(page.extract_text() or "").strip() for page in reader.pages]
+    pages = []
+    for number, page in enumerate(reader.pages, 1):
+        contents = page.get_contents()
+        size = len(contents.get_data()) if contents is not None else 0
+        if size > MAX_PDF_PAGE_BYTES:
+            log.warning("%s: page %d skipped: its content stream is %d bytes (limit %d)",
+                        path.name, number, size, MAX_PDF_PAGE_BYTES)
+            continue
+        text = (page.extract_text() or "").strip()
+        if len(text) > MAX_PDF_PAGE_CHARS:
+            log.warning("%s: page %d cut to %d of its %d characters", path.name, number, MAX_PDF_PAGE_CHARS, len(text))
+            text = text[:MAX_PDF_PAGE_CHARS]
+        pages.append(text)
     return "\n\n".join(p for p in pages if p)
 
 

@@ -151,13 +151,39 @@ def presidio():
         return None  # the spaCy model package is missing: structural detection still runs
 
 
+# spaCy refuses texts over 1,000,000 characters (and its memory grows with length), so
+# Presidio reads a long text in pieces cut at whitespace, overlapping by more than any
+# entity it looks for is long; a finding in the overlap is reported once (_merge).
+PII_PIECE = 100_000
+PII_OVERLAP = 200
+
+
+def pieces(text: str, size: int = PII_PIECE, overlap: int = PII_OVERLAP) -> list[tuple[int, int]]:
+    """(start, end) spans of at most ``size`` characters covering ``text``, ends at whitespace where possible."""
+    spans, start = [], 0
+    while start < len(text):
+        end = min(len(text), start + size)
+        if end < len(text):
+            cut = text.rfind(" ", start + size // 2, end)
+            end = cut if cut > start else end
+        spans.append((start, end))
+        if end >= len(text):
+            break
+        start = max(end - overlap, start + 1)
+    return spans
+
+
 def find_pii(text: str, min_score: float = 0.6) -> list[Finding]:
     """Presidio findings (``pii_<entity>``) when the ``pii`` extra is installed, else none."""
     engine = presidio()
     if engine is None or not text.strip():
         return []
-    results = engine.analyze(text=text, language="en", entities=PRESIDIO_ENTITIES, score_threshold=min_score)
-    return [Finding(f"pii_{r.entity_type.lower()}", r.start, r.end) for r in results]
+    found = []
+    for start, end in pieces(text, PII_PIECE, PII_OVERLAP):
+        results = engine.analyze(text=text[start:end], language="en", entities=PRESIDIO_ENTITIES,
+                                 score_threshold=min_score)
+        found += [Finding(f"pii_{r.entity_type.lower()}", start + r.start, start + r.end) for r in results]
+    return _merge(found)
 
 
 def _merge(found: list[Finding]) -> list[Finding]:

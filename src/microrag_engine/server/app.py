@@ -107,6 +107,42 @@ def _safe_source(source: str) -> str:
     return name
 
 
+class BodyLimit:
+    """ASGI middleware: a request body may not exceed ``max_body`` bytes *as read*.
+
+    A ``Content-Length`` over the cap is refused before anything is read; a chunked
+    (or lying) body is counted as it arrives and refused the moment it passes the cap,
+    so memory never holds more than ``max_body`` bytes of one request. The refusal is
+    an ``HTTPException`` raised from ``receive``, which FastAPI passes through its body
+    parsing to the app's JSON error handler (413).
+    """
+
+    def __init__(self, app, max_body: int) -> None:
+        self.app, self.max_body = app, max_body
+
+    async def __call__(self, scope, receive, send) -> None:
+        if scope["type"] != "http":
+            return await self.app(scope, receive, send)
+        declared = dict(scope.get("headers") or []).get(b"content-length", b"")
+        if declared.isdigit() and int(declared) > self.max_body:
+            return await JSONResponse(self._error(), status_code=413)(scope, receive, send)
+        seen = 0
+
+        async def counted():
+            nonlocal seen
+            message = await receive()
+            if message["type"] == "http.request":
+                seen += len(message.get("body", b""))
+                if seen > self.max_body:
+                    raise StarletteHTTPException(413, self._error()["error"])
+            return message
+
+        await self.app(scope, counted, send)
+
+    def _error(self) -> dict:
+        return {"error": f"request body over {self.max_body} bytes; send less (one document per /ingest call)"}
+
+
 def create_app(cfg: ServerConfig) -> FastAPI:
     baseline = cfg.profile == "lab-baseline"
     app = FastAPI(title="microRAG", version="0.1.0",
@@ -124,6 +160,8 @@ def create_app(cfg: ServerConfig) -> FastAPI:
     reload()
 
     # ------------------------------------------------------------ errors and limits
+
+    app.add_middleware(BodyLimit, max_body=cfg.max_body)
 
     @app.exception_handler(MicroRAGError)
     async def _user_error(_: Request, exc: MicroRAGError):
@@ -147,9 +185,6 @@ def create_app(cfg: ServerConfig) -> FastAPI:
 
     @app.middleware("http")
     async def _limits(request: Request, call_next):
-        size = request.headers.get("content-length")
-        if size and size.isdigit() and int(size) > cfg.max_body:
-            return JSONResponse({"error": f"request body over {cfg.max_body} bytes"}, status_code=413)
         response = await call_next(request)
         if request.url.path == "/" or request.url.path.startswith("/ui/"):
             response.headers.update(UI_HEADERS)

@@ -13,6 +13,7 @@ even when a compliant model repeats it.
 from __future__ import annotations
 
 import os
+import posixpath
 import re
 from dataclasses import dataclass
 from pathlib import Path
@@ -30,8 +31,11 @@ class ToolResult:
     refused: str = ""  # why not, when it did not run
 
 
-def _norm_call(text: str) -> str:
-    return re.sub(r"\s+", "", canonical(text))
+def _norm_path(path: str) -> str:
+    """The file a call names, however it is spelled: canonical form, no quotes or spaces,
+    no ./ or ../ detours - so read_file("a.txt") in a document and read_file(a.txt) in an answer
+    are one call."""
+    return posixpath.normpath(re.sub(r"[\s\"'`]", "", canonical(path)).replace("\\", "/")).lstrip("/").lower()
 
 
 def run_tool_calls(answer: str, context: list[str], root: Path | None, clearance: frozenset[str],
@@ -43,12 +47,12 @@ def run_tool_calls(answer: str, context: list[str], root: Path | None, clearance
     if not confined:
         return [_read_anything(m.group(0), m.group("path")) for m in CALL.finditer(answer)]
     results = []
-    planted = {_norm_call(m.group(0)) for text in context for m in CALL.finditer(canonical(text))}
+    planted = {_norm_path(m.group("path")) for text in context for m in CALL.finditer(canonical(text))}
     for m in CALL.finditer(canonical(answer)):
         call = m.group(0)
         if root is None:
             results.append(ToolResult(call, False, refused="the file tool is disabled"))
-        elif _norm_call(call) in planted:
+        elif _norm_path(m.group("path")) in planted:
             results.append(ToolResult(call, False, refused="the call text comes from retrieved documents"))
         else:
             results.append(_read(call, m.group("path"), root, clearance, max_bytes))
@@ -60,7 +64,7 @@ def _read(call: str, requested: str, root: Path, clearance: frozenset[str], max_
     base = root.resolve()
     try:
         target = (base / name).resolve(strict=True)  # absolute paths replace base and are caught below
-    except (OSError, RuntimeError):
+    except (OSError, RuntimeError, ValueError):  # ValueError: a NUL byte in the path
         return ToolResult(call, False, refused="no such file in the tool directory")
     if os.path.commonpath([base, target]) != str(base) or not target.is_file():
         return ToolResult(call, False, refused="path is outside the tool directory")
