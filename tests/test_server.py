@@ -64,7 +64,8 @@ class Running:
         }
         self.names = {k: next(r["name"] for r in keys.list() if r["name"].startswith(p))
                       for k, p in (("contrib", "bob"), ("trusted", "tess"))}
-        cfg = ServerConfig(store=store, settings=preset("default"), keys=keys, state=ServerState(tmp / "srv" / "server.sqlite"),
+        settings = overrides.pop("settings", preset("default"))
+        cfg = ServerConfig(store=store, settings=settings, keys=keys, state=ServerState(tmp / "srv" / "server.sqlite"),
                            corpus=[str(corpus)], **overrides)
         self.port = free_port()
         self.server = uvicorn.Server(uvicorn.Config(create_app(cfg), host="127.0.0.1", port=self.port, log_level="info"))
@@ -456,3 +457,60 @@ def test_server_on_postgres_retrieves_in_the_database(tmp_path):
         store = open_store(loc)
         store.drop()
         store.close()
+
+
+# ---------------------------------------------------------------- red team findings #5, #10, #13
+
+
+def test_audit_row_exists_before_content_leaves_and_keeps_the_raw_query(srv):
+    """Read until the sources event, hang up: the row is already there (it was written after the stream)."""
+    query = "who approves production deploys? r\u200be\u200bl\u200be\u200ba\u200bs\u200be"
+    with httpx.stream("POST", srv.url + "/query", json={"query": query, "stream": True},
+                      headers={"Authorization": f"Bearer {srv.key['reader']}"}, timeout=60) as r:
+        for line in r.iter_lines():
+            if line.startswith("event: sources"):
+                break  # disconnect with the chunk texts in hand
+    rows = [row for row in srv.call("GET", "/audit?limit=50", "admin").json() if row["raw"] == query]
+    assert rows and rows[0]["hits"] and rows[0]["query"] != query  # raw as sent, query canonicalised
+
+
+def test_raw_query_with_a_secret_is_stored_as_a_hash(srv):
+    ask(srv, "is password: Qz7vLp2mXr9Tn4Hk safe to use?", "reader")
+    row = next(r for r in srv.call("GET", "/audit?limit=20", "admin").json() if r["principal"].startswith("rita"))
+    assert row["raw"].startswith("sha256:") and "Qz7vLp2mXr9Tn4Hk" not in json.dumps(row)
+
+
+def test_sources_pass_the_output_guard_even_with_dlp_off(tmp_path):
+    from microrag_engine.config import override
+
+    s = Running(tmp_path, settings=override(preset("default"), dlp="off"))
+    try:
+        secret = "AKIAQWERTYUIOPASDFGH"
+        assert s.call("POST", "/ingest", "trusted", json={"source": "keys.md",
+                      "body": f"Build server credentials. The build server access key is {secret}."}).status_code == 200
+        out = s.call("POST", "/query", "reader", json={"query": "build server credentials access key"}).json()
+        assert any(src["doc"].endswith("keys.md") for src in out["sources"])
+        assert secret not in json.dumps(out)
+        with httpx.stream("POST", s.url + "/query", json={"query": "build server credentials access key", "stream": True},
+                          headers={"Authorization": f"Bearer {s.key['reader']}"}, timeout=60) as r:
+            body = "".join(r.iter_lines())
+        assert "keys.md" in body and secret not in body
+    finally:
+        s.stop()
+
+
+def test_llm_failures_do_not_reveal_the_endpoint(tmp_path):
+    dead = f"http://127.0.0.1:{free_port()}/secret-gateway"
+    s = Running(tmp_path, llm=LLMConfig(base_url=dead, backoff=0.0))
+    try:
+        r = s.call("POST", "/query", json={"query": "who approves production deploys?"})
+        assert r.status_code == 502 and "unavailable" in r.json()["error"]
+        assert "secret-gateway" not in r.text and "127.0.0.1" not in r.text
+        with httpx.stream("POST", s.url + "/query", json={"query": "who approves production deploys?", "stream": True},
+                          timeout=60) as rs:
+            body = "".join(rs.iter_lines())
+        assert "event: error" in body and "secret-gateway" not in body
+        audit = s.call("GET", "/audit?limit=5", "admin").json()
+        assert audit[0]["decision"] == "error"  # a failing answer step still leaves its row
+    finally:
+        s.stop()

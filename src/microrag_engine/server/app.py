@@ -9,7 +9,9 @@ sources, DLP, quarantine for untrusted contributors), what may leave it
 
 from __future__ import annotations
 
+import hashlib
 import json
+import logging
 import re
 import threading
 import time
@@ -29,7 +31,7 @@ from .. import guard
 from ..augment import build_messages
 from ..chunk import Document, load_documents
 from ..config import Settings, override
-from ..errors import MicroRAGError
+from ..errors import LLMError, MicroRAGError
 from ..generate import ChatStream, LLMConfig, extractive_answer
 from ..ingest import delete_documents, ingest_documents
 from ..pipeline import Engine
@@ -37,6 +39,8 @@ from ..store import Store
 from .auth import ANONYMOUS, KeyStore, Principal
 from .state import QUARANTINE, ServerState
 from .tools import run_tool_calls
+
+log = logging.getLogger("microrag")
 
 
 @dataclass
@@ -243,9 +247,12 @@ def create_app(cfg: ServerConfig) -> FastAPI:
             raise HTTPException(400, "blocked by the blocklist")
         verdict = guard.injection_check(body.query) if cfg.input_guard != "off" else None
         flags = [f"input: {r}" for r in verdict.reasons] if verdict and verdict.suspicious else []
-        safe_query, _ = guard.redact(body.query)
+        safe_query, secrets = guard.redact(body.query)
+        # What was sent, for investigators (an obfuscated attack reads differently once
+        # canonicalised) - unless it holds a secret, which never enters the audit trail.
+        raw = ("sha256:" + hashlib.sha256(body.query.encode()).hexdigest()) if secrets else body.query
         if flags and cfg.input_guard == "block":
-            cfg.state.audit(who.name, "query", safe_query, [], "blocked", flags)
+            cfg.state.audit(who.name, "query", safe_query, [], "blocked", flags, raw)
             raise HTTPException(400, "the question was blocked by the input guard: " + "; ".join(verdict.reasons))
         eng = holder["engine"]
         if eng is None:
@@ -258,18 +265,22 @@ def create_app(cfg: ServerConfig) -> FastAPI:
         check = cfg.verify if body.verify is None else body.verify
         records = eng.records  # loaded with the engine: no store round trip per query
         sources = [{"doc": h.chunk.doc, "chunk": h.chunk.index, "id": h.chunk.id, "hybrid": h.hybrid, "kw": h.kw,
-                    "em": h.em, "raw_kw": h.raw_kw, "raw_em": h.raw_em, "text": h.chunk.text,
+                    "em": h.em, "raw_kw": h.raw_kw, "raw_em": h.raw_em,
+                    # Chunk text leaves through the same output guard as the answer (red team #10).
+                    "text": guard.redact(h.chunk.text)[0] if cfg.output_guard and not baseline else h.chunk.text,
                     "label": records[h.chunk.doc].label if h.chunk.doc in records else "",
                     "principal": records[h.chunk.doc].principal if h.chunk.doc in records else "",
                     "ingested_at": records[h.chunk.doc].ingested_at if h.chunk.doc in records else ""}
                    for h in r.hits]
+        # The audit row goes in before any retrieved text can leave (stream or not).
+        row = cfg.state.audit(who.name, "query", safe_query,
+                              [{"id": s["id"], "hybrid": round(s["hybrid"], 4)} for s in sources],
+                              "retrieved", flags, raw)
         if body.stream:
-            return StreamingResponse(_stream(body.query, r, who, sources, flags, safe_query, check),
+            return StreamingResponse(_stream(body.query, r, who, sources, flags, row, check),
                                      media_type="text/event-stream")
         answer, mode, tool_results, out_flags, checked = _answer(body.query, r, who, check)
-        decision = "refused" if r.refused else "answered"
-        cfg.state.audit(who.name, "query", safe_query, [{"id": s["id"], "hybrid": round(s["hybrid"], 4)} for s in sources],
-                        decision, flags + out_flags)
+        cfg.state.settle(row, "refused" if r.refused else "answered", flags + out_flags)
         return {"answer": answer, "sources": sources, "refused": r.refused, "reason": r.reason, "mode": mode,
                 "capped": r.capped, "flags": flags + out_flags,
                 "tools": [t.__dict__ for t in tool_results], "verification": checked}
@@ -282,7 +293,12 @@ def create_app(cfg: ServerConfig) -> FastAPI:
             text, mode = extractive_answer(question, r, holder["engine"].index.embedder), "extractive"
         else:
             stream = ChatStream(cfg.llm, build_messages(question, r.hits, spotlight=not baseline))
-            text, mode = "".join(stream), "llm"
+            try:
+                text, mode = "".join(stream), "llm"
+            except LLMError as exc:
+                # The endpoint's address and reply are the operator's business, not the caller's.
+                log.warning("LLM call failed: %s", exc)
+                raise HTTPException(502, "the language model is unavailable; try again later") from None
         if check and not r.refused:
             # Before tool output is appended and before redaction: the model's own words
             # against the chunks it was given. drop/refuse rewrite the text here.
@@ -315,17 +331,22 @@ def create_app(cfg: ServerConfig) -> FastAPI:
                     row["missing"] = [m for m in row["missing"] if m in row["sentence"]]
         return text, mode, tool_results, out_flags, verification
 
-    def _stream(question, r, who, sources, flags, safe_query, check=False):
+    def _stream(question, r, who, sources, flags, row: int, check=False):
         head = {"sources": sources, "refused": r.refused, "reason": r.reason, "capped": r.capped,
                 "best_raw_em": r.best_raw_em, "best_raw_kw": r.best_raw_kw}
         yield f"event: sources\ndata: {json.dumps(head)}\n\n"
         # The whole answer passes the output guard before any of it leaves: a secret
         # split across streamed pieces could not be caught piece by piece.
-        answer, mode, tools, out_flags, checked = _answer(question, r, who, check)
+        try:
+            answer, mode, tools, out_flags, checked = _answer(question, r, who, check)
+        except HTTPException as exc:  # the sources already left with a 200: say so in-band
+            cfg.state.settle(row, "error", flags + [f"answer: {exc.detail}"])
+            yield f"event: error\ndata: {json.dumps({'error': exc.detail})}\n\n"
+            yield "data: [DONE]\n\n"
+            return
         for piece in re.findall(r"\S+\s*", answer):
             yield f"data: {json.dumps({'delta': piece})}\n\n"
-        cfg.state.audit(who.name, "query", safe_query, [{"id": s["id"], "hybrid": round(s["hybrid"], 4)} for s in sources],
-                        "refused" if r.refused else "answered", flags + out_flags)
+        cfg.state.settle(row, "refused" if r.refused else "answered", flags + out_flags)
         yield f"event: done\ndata: {json.dumps({'mode': mode, 'flags': flags + out_flags, 'verification': checked})}\n\n"
         yield "data: [DONE]\n\n"
 

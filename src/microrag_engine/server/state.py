@@ -2,9 +2,12 @@
 
 Quarantined documents are stored in the index under the label ``_quarantine``,
 which no clearance includes, so they cannot be retrieved; the label they will
-get on approval waits here. Every query leaves an audit row: principal, time,
-the query (canonicalised and redacted - never a raw secret), retrieved ids and
-scores, and the decision. The collision report reads the audit trail.
+get on approval waits here. Every query leaves an audit row, written before any
+retrieved content leaves the server (so a caller who disconnects mid-stream, or an
+answer step that fails, still leaves one): principal, time, the query as sent
+(``raw``; a SHA-256 instead when it holds a secret) and canonicalised and redacted,
+retrieved ids and scores, and the decision, updated once the answer is out. The
+collision report reads the audit trail.
 """
 
 from __future__ import annotations
@@ -36,6 +39,8 @@ class ServerState:
         CREATE TABLE IF NOT EXISTS audit (id INTEGER PRIMARY KEY, ts TEXT NOT NULL, principal TEXT NOT NULL,
             action TEXT NOT NULL, query TEXT NOT NULL, hits TEXT NOT NULL, decision TEXT NOT NULL, flags TEXT NOT NULL);
         """)
+        if "raw" not in {r[1] for r in self.db.execute("PRAGMA table_info(audit)")}:  # state files of older releases
+            self.db.execute("ALTER TABLE audit ADD COLUMN raw TEXT NOT NULL DEFAULT ''")
 
     # ------------------------------------------------------------ review queue
 
@@ -60,17 +65,26 @@ class ServerState:
 
     # ------------------------------------------------------------ audit trail
 
-    def audit(self, principal: str, action: str, query: str, hits: list[dict], decision: str, flags: list[str]) -> None:
+    def audit(self, principal: str, action: str, query: str, hits: list[dict], decision: str, flags: list[str],
+              raw: str = "") -> int:
+        """Append a row; returns its id (for ``settle``)."""
         with self.lock:
-            self.db.execute("INSERT INTO audit (ts, principal, action, query, hits, decision, flags) VALUES (?,?,?,?,?,?,?)",
-                            (now(), principal, action, query, json.dumps(hits), decision, json.dumps(flags)))
+            cur = self.db.execute(
+                "INSERT INTO audit (ts, principal, action, query, hits, decision, flags, raw) VALUES (?,?,?,?,?,?,?,?)",
+                (now(), principal, action, query, json.dumps(hits), decision, json.dumps(flags), raw))
+            return int(cur.lastrowid)
+
+    def settle(self, row: int, decision: str, flags: list[str]) -> None:
+        """The outcome of a row written before the answer was produced."""
+        with self.lock:
+            self.db.execute("UPDATE audit SET decision = ?, flags = ? WHERE id = ?", (decision, json.dumps(flags), row))
 
     def trail(self, limit: int = 100, principal: str | None = None) -> list[dict]:
-        sql = "SELECT ts, principal, action, query, hits, decision, flags FROM audit"
+        sql = "SELECT ts, principal, action, query, hits, decision, flags, raw FROM audit"
         args: tuple = ()
         if principal:
             sql, args = sql + " WHERE principal = ?", (principal,)
         with self.lock:
             rows = self.db.execute(sql + " ORDER BY id DESC LIMIT ?", (*args, limit)).fetchall()
         return [{"ts": r[0], "principal": r[1], "action": r[2], "query": r[3], "hits": json.loads(r[4]),
-                 "decision": r[5], "flags": json.loads(r[6])} for r in rows]
+                 "decision": r[5], "flags": json.loads(r[6]), "raw": r[7]} for r in rows]
