@@ -102,11 +102,30 @@ def ask(srv, q, who=None, **extra):
 
 
 def test_health_and_openapi(srv):
-    h = srv.call("GET", "/health").json()
-    assert h["status"] == "ok" and h["chunks"] >= 4 and h["documents"] == 4
+    assert srv.call("GET", "/health").json() == {"status": "ok"}  # anonymous: liveness only (red team #13)
+    assert srv.call("GET", "/health", "reader").json() == {"status": "ok"}
+    h = srv.call("GET", "/health", "admin").json()  # counts include hidden documents: admins only
+    assert h["status"] == "ok" and h["chunks"] >= 4 and h["documents"] >= 4
     spec = srv.call("GET", "/openapi.json").json()
     assert {"/query", "/ingest", "/reset", "/health", "/documents", "/review", "/audit"} <= set(spec["paths"])
-    assert srv.call("GET", "/docs").status_code == 200
+    assert srv.call("GET", "/docs").status_code == 404  # no CDN-loaded Swagger page outside the CSP
+
+
+@pytest.mark.parametrize("host", ["evil.example", "rebind.attacker.test:8000", "10.0.0.1"])
+def test_unknown_host_headers_are_refused(srv, host):
+    r = srv.call("GET", "/health", headers={"host": host})
+    assert r.status_code == 400 and "Host" in r.json()["error"]
+
+
+def test_wrong_key_guesses_are_throttled(tmp_path):
+    s = Running(tmp_path)
+    try:
+        codes = [s.call("GET", "/whoami", headers={"Authorization": f"Bearer guess-{i}"}).status_code for i in range(12)]
+        assert codes[:10] == [401] * 10 and codes[10:] == [429, 429]
+        # for the rest of the minute, even a right key from that address waits
+        assert s.call("GET", "/whoami", "reader").status_code == 429
+    finally:
+        s.stop()
 
 
 def test_query_answers_with_citations(srv):
@@ -462,22 +481,25 @@ def test_server_on_postgres_retrieves_in_the_database(tmp_path):
 # ---------------------------------------------------------------- red team findings #5, #10, #13
 
 
-def test_audit_row_exists_before_content_leaves_and_keeps_the_raw_query(srv):
+def test_audit_row_exists_before_content_leaves_and_keeps_the_raw_query(tmp_path):
     """Read until the sources event, hang up: the row is already there (it was written after the stream)."""
-    query = "who approves production deploys? r\u200be\u200bl\u200be\u200ba\u200bs\u200be"
-    with httpx.stream("POST", srv.url + "/query", json={"query": query, "stream": True},
-                      headers={"Authorization": f"Bearer {srv.key['reader']}"}, timeout=60) as r:
-        for line in r.iter_lines():
-            if line.startswith("event: sources"):
-                break  # disconnect with the chunk texts in hand
-    rows = [row for row in srv.call("GET", "/audit?limit=50", "admin").json() if row["raw"] == query]
-    assert rows and rows[0]["hits"] and rows[0]["query"] != query  # raw as sent, query canonicalised
+    s = Running(tmp_path)  # its own server: the shared one's rate limits are spent by the fuzzer
+    try:
+        query = "who approves production deploys? r\u200be\u200bl\u200be\u200ba\u200bs\u200be"
+        with httpx.stream("POST", s.url + "/query", json={"query": query, "stream": True},
+                          headers={"Authorization": f"Bearer {s.key['reader']}"}, timeout=60) as r:
+            assert r.status_code == 200
+            for line in r.iter_lines():
+                if line.startswith("event: sources"):
+                    break  # disconnect with the chunk texts in hand
+        rows = [row for row in s.call("GET", "/audit?limit=50", "admin").json() if row["raw"] == query]
+        assert rows and rows[0]["hits"] and rows[0]["query"] != query  # raw as sent, query canonicalised
 
-
-def test_raw_query_with_a_secret_is_stored_as_a_hash(srv):
-    ask(srv, "is password: Qz7vLp2mXr9Tn4Hk safe to use?", "reader")
-    row = next(r for r in srv.call("GET", "/audit?limit=20", "admin").json() if r["principal"].startswith("rita"))
-    assert row["raw"].startswith("sha256:") and "Qz7vLp2mXr9Tn4Hk" not in json.dumps(row)
+        ask(s, "is password: Qz7vLp2mXr9Tn4Hk safe to use?", "reader")
+        row = s.call("GET", "/audit?limit=1", "admin").json()[0]
+        assert row["raw"].startswith("sha256:") and "Qz7vLp2mXr9Tn4Hk" not in json.dumps(row)
+    finally:
+        s.stop()
 
 
 def test_sources_pass_the_output_guard_even_with_dlp_off(tmp_path):
@@ -514,3 +536,32 @@ def test_llm_failures_do_not_reveal_the_endpoint(tmp_path):
         assert audit[0]["decision"] == "error"  # a failing answer step still leaves its row
     finally:
         s.stop()
+
+
+def test_forwarded_for_is_ignored_unless_a_proxy_is_named(tmp_path):
+    """The CLI server: rotating X-Forwarded-For must not reset the anonymous rate limit (red team #13)."""
+    import subprocess
+    import sys
+
+    (tmp_path / "kb").mkdir()
+    (tmp_path / "kb" / "a.md").write_text("# VPN\nThe VPN uses WireGuard on port 51820.\n")
+    port = free_port()
+    proc = subprocess.Popen([sys.executable, "-m", "microrag_engine.cli", "serve", "--preset", "seed", "--port", str(port),
+                             "--corpus", str(tmp_path / "kb"), "--index", str(tmp_path / "ix"), "-q"],
+                            stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True,
+                            env={**os.environ, "MICRORAG_SERVER_DIR": str(tmp_path / "srv")}, cwd=tmp_path)
+    try:
+        url = f"http://127.0.0.1:{port}"
+        deadline = time.time() + 60
+        while time.time() < deadline:
+            try:
+                httpx.get(url + "/health", timeout=1)
+                break
+            except httpx.HTTPError:
+                time.sleep(0.2)
+        codes = [httpx.post(url + "/query", json={"query": "vpn port"}, timeout=10,
+                            headers={"X-Forwarded-For": f"203.0.113.{i % 250}"}).status_code for i in range(125)]
+        assert 429 in codes and codes.index(429) <= 120
+    finally:
+        proc.terminate()
+        proc.wait(timeout=10)

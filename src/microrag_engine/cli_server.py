@@ -27,6 +27,11 @@ def add_parsers(sub, common: argparse.ArgumentParser) -> None:
     sv.add_argument("--host", default="127.0.0.1", help="interface to bind (default: %(default)s)")
     sv.add_argument("--port", type=int, default=8000, help="port (default: %(default)s)")
     sv.add_argument("--no-anonymous", action="store_true", help="require an API key for every call")
+    sv.add_argument("--allowed-host", action="append", metavar="NAME",
+                    help="a Host header to serve (repeatable; default: the loopback names and --host); "
+                         "'*' serves any, for use behind a proxy that checks it")
+    sv.add_argument("--trusted-proxy", action="append", metavar="IP",
+                    help="honour X-Forwarded-For/-Proto only from this proxy address (repeatable; default: never)")
     sv.add_argument("--dlp", choices=("redact", "label", "off"),
                     help="secrets/PII in ingested text: redact them (default preset), label the document restricted, or off")
     sv.add_argument("--input-guard", choices=("flag", "block", "off"), default="flag",
@@ -126,14 +131,26 @@ def cmd_serve(args: argparse.Namespace) -> int:
                        state=ServerState(sdir / "server.sqlite"), corpus=list(args.corpus or []),
                        llm=LLMConfig.from_env(), allow_anonymous=not args.no_anonymous, profile=args.profile,
                        input_guard=args.input_guard, tools_dir=Path(args.tools_dir) if args.tools_dir else None,
-                       verify=not args.no_verify and args.profile != "lab-baseline")
+                       verify=not args.no_verify and args.profile != "lab-baseline",
+                       allowed_hosts=_allowed_hosts(args))
     app = create_app(cfg)
     if not args.quiet:
         _diag(f"serving {args.index or default_location()} on http://{args.host}:{args.port} "
-              f"(OpenAPI at /docs; answers by {'the LLM' if cfg.llm else 'the extractive answerer'})")
+              f"(OpenAPI schema at /openapi.json; answers by {'the LLM' if cfg.llm else 'the extractive answerer'})")
     # uvicorn's access log prints paths, never headers: keys stay out of logs.
-    uvicorn.run(app, host=args.host, port=args.port, log_level="warning" if args.quiet else "info")
+    # Proxy headers are off unless a proxy is named: from anyone else X-Forwarded-For
+    # would pick the rate-limit bucket (rotate it to evade; forge it to lock others out).
+    uvicorn.run(app, host=args.host, port=args.port, log_level="warning" if args.quiet else "info",
+                proxy_headers=bool(args.trusted_proxy), forwarded_allow_ips=",".join(args.trusted_proxy or []) or None)
     return 0
+
+
+def _allowed_hosts(args) -> tuple[str, ...] | None:
+    names = list(args.allowed_host or [])
+    if "*" in names:
+        return None
+    return tuple(dict.fromkeys(["127.0.0.1", "localhost", "::1", "[::1]", *names,
+                                *([args.host] if args.host not in ("0.0.0.0", "::") else [])]))
 
 
 def smollm2_path():

@@ -59,6 +59,12 @@ class ServerConfig:
     tools_dir: Path | None = None  # None = the file tool is off
     max_body: int = 1_000_000
     rate_per_minute: int = 120
+    # Wrong keys a client address may send per minute before every key it sends is
+    # refused (429) for the rest of that minute: a key cannot be guessed online.
+    key_failures_per_minute: int = 10
+    # Host headers served; others get 400 (a DNS-rebinding page cannot reach a
+    # loopback server). None: any host (only behind a proxy that checks it).
+    allowed_hosts: tuple[str, ...] | None = ("127.0.0.1", "localhost", "::1", "[::1]")
     verify: bool = True  # NLI-check every answer sentence (requests may turn it off)
     # "lab-baseline" reproduces the naive server of the spec, to prove the attacks real:
     # no auth, any claimed source, no quarantine, literal blocklists, unconfined file tool.
@@ -100,6 +106,19 @@ class RateLimiter:
             ok = len(recent) < self.per_minute
             self.hits[who] = recent + [t] if ok else recent
         return ok
+
+    def exhausted(self, who: str) -> bool:
+        """Whether ``who`` has used up this minute's allowance (records nothing)."""
+        t = time.monotonic()
+        with self.lock:
+            return sum(t - x < 60 for x in self.hits.get(who, ())) >= self.per_minute
+
+
+def _host_name(header: str) -> str:
+    """The name in a Host header, without its port ("[::1]:8000" -> "[::1]")."""
+    if header.startswith("["):
+        return header[: header.find("]") + 1]
+    return header.rsplit(":", 1)[0] if header.count(":") == 1 else header
 
 
 def _safe_source(source: str) -> str:
@@ -149,11 +168,14 @@ class BodyLimit:
 
 def create_app(cfg: ServerConfig) -> FastAPI:
     baseline = cfg.profile == "lab-baseline"
-    app = FastAPI(title="microRAG", version="0.1.0",
+    # No Swagger/ReDoc pages: they load scripts from a CDN, outside the page's CSP.
+    # The schema stays at /openapi.json for any client or offline viewer.
+    app = FastAPI(title="microRAG", version="0.1.0", docs_url=None, redoc_url=None,
                   description="Retrieval-augmented answers over your documents, with identity, labels and an audit trail.")
     lock = threading.RLock()  # one writer; the engine reference swaps atomically after each write
     holder: dict = {"engine": None}
     limiter = RateLimiter(cfg.rate_per_minute)
+    guesses = RateLimiter(cfg.key_failures_per_minute)  # wrong keys per client address
 
     def reload() -> None:
         with lock:
@@ -189,6 +211,10 @@ def create_app(cfg: ServerConfig) -> FastAPI:
 
     @app.middleware("http")
     async def _limits(request: Request, call_next):
+        host = _host_name(request.headers.get("host") or "")
+        if cfg.allowed_hosts is not None and host not in cfg.allowed_hosts:
+            return JSONResponse({"error": "unknown Host header; serve with --allowed-host NAME for this name"},
+                                status_code=400)
         response = await call_next(request)
         if request.url.path == "/" or request.url.path.startswith("/ui/"):
             response.headers.update(UI_HEADERS)
@@ -200,8 +226,12 @@ def create_app(cfg: ServerConfig) -> FastAPI:
         auth = request.headers.get("authorization", "")
         key = auth[7:].strip() if auth.lower().startswith("bearer ") else request.headers.get("x-api-key", "")
         if key:
+            client = f"ip:{request.client.host if request.client else ''}"
+            if guesses.exhausted(client):
+                raise HTTPException(429, "too many wrong API keys from this address; wait a minute")
             who = cfg.keys.resolve(key)
             if who is None:
+                guesses.allow(client)  # counts the failure
                 raise HTTPException(401, "invalid or revoked API key", headers={"WWW-Authenticate": "Bearer"})
         elif cfg.allow_anonymous:
             who = ANONYMOUS
@@ -236,7 +266,15 @@ def create_app(cfg: ServerConfig) -> FastAPI:
         return {"name": who.name, "role": who.role, "clearance": sorted(who.clearance)}
 
     @app.get("/health")
-    def health() -> dict:
+    def health(request: Request) -> dict:
+        """Liveness for anyone (no key needed, nothing revealed); counts for admins only:
+        they include quarantined and restricted documents."""
+        try:
+            who = principal(request)
+        except HTTPException:
+            who = ANONYMOUS
+        if who is ANONYMOUS or not who.at_least("admin"):
+            return {"status": "ok"}
         eng = holder["engine"]
         return {"status": "ok", "chunks": eng.n_chunks if eng else 0,
                 "documents": len(eng.documents) if eng else 0, "generation": eng.generation if eng else 0}
