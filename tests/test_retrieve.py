@@ -132,3 +132,46 @@ def test_ties_break_by_corpus_order():
     chunks = _chunks({"a.md": ["same text"], "b.md": ["same text"], "c.md": ["same text"]})
     r = retrieve(build_index(chunks, "tfidf", "hash"), "same text", preset("seed"), safeguards=False)
     assert [h.chunk.doc for h in r.hits] == ["a.md", "b.md", "c.md"]
+
+
+# ---------------------------------------------------------------- visibility-scoped statistics (red team #3)
+
+
+def _labelled_engine(tmp_path, settings, extra: dict[str, str] | None = None):
+    from microrag_engine.ingest import ingest_paths
+    from microrag_engine.pipeline import Engine
+    from microrag_engine.store import open_store
+
+    kb = tmp_path / "kb"
+    kb.mkdir(parents=True, exist_ok=True)
+    files = {"vpn.md": "# VPN\n\nThe corporate VPN uses WireGuard. Install the client from the portal.",
+             "leave.md": "# Leave\n\nEmployees get 20 vacation days a year from the portal.",
+             "pay.md": "---\nlabel: restricted\n---\n# Pay\n\nThe zanzibarite bonus pays 9000 dollars.", **(extra or {})}
+    for name, text in files.items():
+        (kb / name).write_text(text)
+    store = open_store(tmp_path / "ix", create=True)
+    ingest_paths(store, [kb], settings)
+    return Engine.from_store(store, settings)
+
+
+def test_hidden_words_do_not_change_what_a_reader_is_told(tmp_path):
+    """Every query refused (thresholds of 1.0) so the reason prints the keyword coverage:
+    a word only a restricted document holds must read exactly like a word nobody has."""
+    s = override(preset("seed"), keyword="bm25", gate="either", min_em=1.0, min_kwcov=1.0)
+    eng = _labelled_engine(tmp_path, s)
+    hidden = eng.retrieve("portal zanzibarite", safeguards=True, labels=["public"])
+    absent = eng.retrieve("portal qorvexulon", safeguards=True, labels=["public"])
+    assert hidden.refused and absent.refused
+    assert hidden.reason == absent.reason and hidden.best_raw_kw == absent.best_raw_kw
+    # ...while a caller cleared for it does get the word's weight
+    assert eng.retrieve("portal zanzibarite", safeguards=True, labels=["public", "restricted"]).reason != absent.reason
+
+
+def test_hidden_documents_do_not_move_visible_scores(tmp_path):
+    s = override(preset("seed"), keyword="bm25")
+    plain = _labelled_engine(tmp_path / "a", s)
+    stuffed = _labelled_engine(tmp_path / "b", s, {"stuffed.md": "---\nlabel: restricted\n---\n" + "vpn portal " * 300})
+    q = "vpn portal"
+    a = plain.retrieve(q, safeguards=False, labels=["public"])
+    b = stuffed.retrieve(q, safeguards=False, labels=["public"])
+    assert [(h.chunk.doc, h.raw_kw) for h in a.hits] == [(h.chunk.doc, h.raw_kw) for h in b.hits]

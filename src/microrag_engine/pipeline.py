@@ -68,6 +68,8 @@ class Engine:
         # Per-chunk sensitivity label; in-memory corpora are all public.
         self.labels = np.array(labels if labels is not None else ["public"] * len(index.chunks), dtype=object)
         self.generation = generation
+        # Keyword scorers fitted on what one clearance may read, by label set (see retrieve()).
+        self._scoped: dict[tuple[str, ...], object] = {}
 
     @classmethod
     def from_store(cls, store, settings: Settings, remote: bool | None = None) -> "Engine":
@@ -154,7 +156,26 @@ class Engine:
             found, ceiling = self.store.search(query, qvec, self._visible_labels(labels), n=self.settings.first_pass)
             return rank_candidates(query, [c for c, _, _ in found], np.array([k for _, k, _ in found]),
                                    np.array([e for _, _, e in found]), self.settings, safeguards, ceiling)
-        return retrieve(self.index, query, self.settings, safeguards=safeguards, allowed=self.mask(labels))
+        allowed = self.mask(labels)
+        return retrieve(self.index, query, self.settings, safeguards=safeguards, allowed=allowed,
+                        scoped=self._scoped_keyword(labels, allowed))
+
+    def _scoped_keyword(self, labels: Iterable[str] | None, allowed: np.ndarray | None):
+        """A keyword scorer fitted on the visible chunks only, or None when all are visible.
+
+        Fitted once per label set and engine (the server builds a new engine after
+        every write), so a caller's statistics never include a chunk they cannot read.
+        """
+        if allowed is None or allowed.all() or not allowed.any():
+            return None
+        key = tuple(sorted(set(labels))) if labels is not None else ("*",)
+        if key not in self._scoped:
+            if len(self._scoped) >= 16:  # a handful of clearances in practice; bound it anyway
+                self._scoped.clear()
+            s = self.settings
+            texts = [self.index.chunks[i].text for i in np.flatnonzero(allowed)]
+            self._scoped[key] = make_keyword(s.keyword, k1=s.k1, b=s.b).fit(texts)
+        return self._scoped[key]
 
     @property
     def n_chunks(self) -> int:

@@ -207,34 +207,52 @@ def retrieve(
     settings: Settings,
     safeguards: bool = True,
     allowed: np.ndarray | None = None,
+    scoped=None,
 ) -> Retrieval:
-    """Rank ``index`` for ``query``. ``allowed`` is a boolean mask of visible chunks."""
+    """Rank ``index`` for ``query``. ``allowed`` is a boolean mask of visible chunks.
+
+    ``scoped`` is a keyword scorer fitted on exactly the ``allowed`` chunks (in index
+    order): BM25's document frequencies and lengths, and so every keyword score and
+    the gate's coverage, then come only from what the caller may read. Without it
+    hidden chunks shape the statistics (a quarantined upload could lower a live
+    document's score, and refusals could reveal whether a hidden word exists).
+    """
     if not query.strip():
         return Retrieval(query, [], refused=True, reason="the query is empty")
     cand = np.arange(len(index.chunks)) if allowed is None else np.flatnonzero(allowed)
     if cand.size == 0:
         return Retrieval(query, [], refused=safeguards, reason="no chunks are visible to this caller" if safeguards else "")
+    if scoped is not None:
+        kw_full = np.zeros(len(index.chunks))
+        kw_full[cand] = scoped.scores(query)
+        ceiling = _ceiling(scoped, query)
+    else:
+        kw_full, ceiling = None, keyword_ceiling(index, query)
     if index.ann is not None:
         # Large index: union of each leg's first pass, then exact scores for those only.
         q = index.query_vector(query)
-        kw_all = index.kw_scores(query)
+        kw_all = index.kw_scores(query) if kw_full is None else kw_full
         first = np.union1d(top_n(kw_all, settings.first_pass, allowed), index.ann.top(q, settings.first_pass, allowed))
         first = first.astype(np.int64)
         if allowed is not None:
             first = first[allowed[first]]  # belt and braces: the selector already filtered
         return rank_candidates(query, [index.chunks[i] for i in first], kw_all[first], index.vectors[first] @ q,
-                               settings, safeguards, keyword_ceiling(index, query))
+                               settings, safeguards, ceiling)
     if allowed is None:  # no filter: skip copying every chunk and score array
         return rank_candidates(query, index.chunks, index.kw_scores(query), index.em_scores(query), settings,
-                               safeguards, keyword_ceiling(index, query))
+                               safeguards, ceiling)
     chunks = [index.chunks[i] for i in cand]
-    return rank_candidates(query, chunks, index.kw_scores(query)[cand], index.em_scores(query)[cand], settings,
-                           safeguards, keyword_ceiling(index, query))
+    kw = index.kw_scores(query)[cand] if kw_full is None else kw_full[cand]
+    return rank_candidates(query, chunks, kw, index.em_scores(query)[cand], settings, safeguards, ceiling)
 
 
 def keyword_ceiling(index: Index, query: str) -> float:
     """The keyword leg's best possible score for ``query`` (BM25 only; 0 = unknown)."""
-    ceiling = getattr(index.keyword, "ceiling", None)
+    return _ceiling(index.keyword, query)
+
+
+def _ceiling(keyword, query: str) -> float:
+    ceiling = getattr(keyword, "ceiling", None)
     return float(ceiling(query)) if ceiling else 0.0
 
 
