@@ -565,3 +565,13 @@ def test_forwarded_for_is_ignored_unless_a_proxy_is_named(tmp_path):
     finally:
         proc.terminate()
         proc.wait(timeout=10)
+
+
+def test_document_listing_reveals_no_hash_of_unredacted_text_or_server_paths(srv):
+    for who in (None, "reader"):
+        rows = srv.call("GET", "/documents", who).json()
+        assert rows and all("content_hash" not in r and "origin" not in r for r in rows)
+        assert {r["principal"] for r in rows} <= {"operator"} | {r["principal"] for r in rows if r["principal"].startswith("api:")}
+        assert str(Path.home()) not in json.dumps(rows) and "/tmp" not in json.dumps(rows)
+    admin = srv.call("GET", "/documents", "admin").json()
+    assert all("origin" in r and "content_hash" not in r for r in admin)

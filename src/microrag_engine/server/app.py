@@ -114,6 +114,20 @@ class RateLimiter:
             return sum(t - x < 60 for x in self.hits.get(who, ())) >= self.per_minute
 
 
+def _listing(d, who: Principal) -> dict:
+    """What /documents shows of a document (red team #4).
+
+    Never ``content_hash``: it is taken over the text *before* DLP redaction, so anyone
+    holding it can test guesses for a redacted value offline. The file it came from
+    (an absolute server path, the operator's account) is for admins only.
+    """
+    out = {"doc": d.doc, "label": d.label, "n_chunks": d.n_chunks, "ingested_at": d.ingested_at,
+           "principal": d.principal if d.principal.startswith("api:") else "operator"}
+    if who.at_least("admin"):
+        out.update(principal=d.principal, origin=d.origin)
+    return out
+
+
 def _host_name(header: str) -> str:
     """The name in a Host header, without its port ("[::1]:8000" -> "[::1]")."""
     if header.startswith("["):
@@ -391,8 +405,8 @@ def create_app(cfg: ServerConfig) -> FastAPI:
     @app.get("/documents")
     def documents(who: Principal = Depends(principal)) -> list[dict]:
         docs = cfg.store.documents().values()
-        visible = [d for d in docs if who.role == "admin" or d.label in who.clearance or d.principal == who.name]
-        return [d.__dict__ for d in visible]
+        visible = [d for d in docs if who.role == "admin" or d.label in who.clearance or d.principal == f"api:{who.name}"]
+        return [_listing(d, who) for d in visible]
 
     # ------------------------------------------------------------ writing
 
