@@ -28,17 +28,53 @@ from . import rx
 
 # ---------------------------------------------------------------- canonical form
 
-# Cyrillic and Greek letters that render like Latin ones (a subset of Unicode's
-# confusables.txt covering every letter of the Latin alphabet that has a twin).
-CONFUSABLES = str.maketrans({
-    "а": "a", "в": "b", "е": "e", "к": "k", "м": "m", "н": "h", "о": "o", "р": "p", "с": "c", "т": "t",
-    "у": "y", "х": "x", "і": "i", "ј": "j", "ѕ": "s", "ԁ": "d", "ԛ": "q", "ԝ": "w", "ӏ": "l", "ɡ": "g",
-    "А": "A", "В": "B", "Е": "E", "К": "K", "М": "M", "Н": "H", "О": "O", "Р": "P", "С": "C", "Т": "T",
-    "У": "Y", "Х": "X", "І": "I", "Ј": "J", "Ѕ": "S", "α": "a", "ο": "o", "ρ": "p", "ν": "v", "ι": "i",
-    "κ": "k", "τ": "t", "υ": "u", "χ": "x", "ε": "e", "Α": "A", "Β": "B", "Ε": "E", "Ζ": "Z", "Η": "H",
-    "Ι": "I", "Κ": "K", "Μ": "M", "Ν": "N", "Ο": "O", "Ρ": "P", "Τ": "T", "Υ": "Y", "Χ": "X",
-    "ℓ": "l", "‐": "-", "‑": "-", "‒": "-", "–": "-", "—": "-", "＠": "@",
-})
+# Characters that render as nothing, so they can carry text a reader never sees: format
+# controls (Cf: zero-width spaces and joiners, bidi controls, the soft hyphen, and the
+# Unicode tag block U+E0000-E007F that can spell a whole instruction), variation
+# selectors, the combining grapheme joiner and the Hangul fillers.
+_INVISIBLE_RANGES = ((0xFE00, 0xFE0F), (0xE0100, 0xE01EF), (0x180B, 0x180F), (0x034F, 0x034F),
+                     (0x115F, 0x1160), (0x3164, 0x3164), (0xFFA0, 0xFFA0))
+
+
+def _invisible(ch: str) -> bool:
+    o = ord(ch)
+    return unicodedata.category(ch) == "Cf" or any(lo <= o <= hi for lo, hi in _INVISIBLE_RANGES)
+
+
+def visible(text: str) -> str:
+    """NFKC with every invisible character removed: what ingest stores and the model reads.
+
+    Applied to stored text so that the checks (which run on ``canonical``, a further
+    step of this) and the model see the same characters: nothing can be hidden from
+    the checks and still reach the model.
+    """
+    text = unicodedata.normalize("NFKC", text)
+    return "".join(ch for ch in text if not _invisible(ch)) if not text.isascii() else text
+
+
+@lru_cache(maxsize=1)
+def confusables() -> dict[int, str]:
+    """Letters of any script that Unicode lists as confusable with an ASCII letter or digit.
+
+    From Unicode's confusables data as packaged by ``confusable-homoglyphs`` (MIT), so
+    Cyrillic, Greek, Armenian, Cherokee... twins are all covered, not a hand-kept list.
+    """
+    import json
+    from importlib.resources import files
+
+    data = json.loads((files("confusable_homoglyphs") / "confusables.json").read_text(encoding="utf-8"))
+    table: dict[int, str] = {}
+    for ch, glyphs in data.items():
+        if len(ch) != 1 or ch.isascii():
+            continue
+        ascii_twins = [g["c"] for g in glyphs if len(g["c"]) == 1 and g["c"].isascii() and g["c"].isalnum()]
+        if ascii_twins:
+            table[ord(ch)] = next((c for c in ascii_twins if c.isalpha()), ascii_twins[0])
+    # dashes and the fullwidth @ (NFKC leaves some dashes alone)
+    table.update({ord(c): "-" for c in "‐‑‒–—"})
+    return table
+
+
 # Every pattern below reads untrusted text, so each is RE2 (linear time; see rx.py).
 # "x [at] y", "x (@) y"; "x at y dot z" / "x at y.z" (group 1: what follows the "at",
 # kept, since RE2 has no lookahead).
@@ -52,10 +88,7 @@ _SEPARATORS = rx.compile(r"[ ._\-\s]")
 
 def canonical(text: str) -> str:
     """NFKC, invisible characters dropped, confusables mapped, obfuscations collapsed."""
-    text = unicodedata.normalize("NFKC", text)
-    # Cf = format characters: zero-width spaces/joiners, bidi controls, soft hyphen, tags.
-    text = "".join(ch for ch in text if unicodedata.category(ch) != "Cf")
-    text = text.translate(CONFUSABLES)
+    text = visible(text).translate(confusables())
     text = _AT.sub(lambda m: "@" + (m.group(1) or ""), text)
     text = _DOT.sub(".", text)
     return _SPACED.sub(lambda m: m.group(1) + _SEPARATORS.sub("", m.group(2)) + m.group(3), text)
@@ -212,6 +245,11 @@ def _printable(b: bytes) -> str | None:
     return s if s and sum(ch.isprintable() or ch.isspace() for ch in s) / len(s) > 0.95 else None
 
 
+def tag_text(text: str) -> str:
+    """ASCII spelled in Unicode tag characters (U+E0020-E007E), which render as nothing."""
+    return "".join(chr(ord(ch) - 0xE0000) for ch in text if 0xE0020 <= ord(ch) <= 0xE007E)
+
+
 def decoded_views(text: str) -> list[tuple[int, int, str, str]]:
     """(start, end, view, decoded text) for base64 and hex runs that decode to text."""
     views = []
@@ -300,6 +338,7 @@ class InjectionVerdict:
 
 def injection_check(text: str, threshold: float = 0.5) -> InjectionVerdict:
     """Similarity to a curated attack set (word + bigram containment) plus heuristics."""
+    hidden = tag_text(text)  # read before canonical() drops them
     canon = canonical(text)
     grams = _grams(canon)
     best, best_name = 0.0, ""
@@ -317,4 +356,9 @@ def injection_check(text: str, threshold: float = 0.5) -> InjectionVerdict:
     for _, _, view, decoded in decoded_views(canon):
         if injection_check(decoded, threshold).suspicious:
             reasons.append(f"injection hidden in {view}")
+    # Emoji subdivision flags (England: "gbeng") are the one legitimate use: short,
+    # lowercase letters and digits. Anything else spelled in tags is hidden text.
+    if len(hidden) > 7 or any(not (c.islower() or c.isdigit()) for c in hidden):
+        reasons.append("text hidden in invisible Unicode tag characters"
+                       + (" (an injection)" if injection_check(hidden, threshold).suspicious else ""))
     return InjectionVerdict(bool(reasons), tuple(reasons), best)

@@ -95,6 +95,20 @@ def apply_dlp(doc: Document, mode: str) -> tuple[Document, bool, dict[str, int]]
     return replace(doc, text=results[0][0], prechunked=pre), False, counts
 
 
+def store_form(doc: Document) -> Document:
+    """The document as stored: ``guard.visible`` text (NFKC, no invisible characters).
+
+    What the checks read and what the model is shown are then the same characters;
+    text hidden in tag characters or variation selectors is gone, not merely unchecked.
+    """
+    from . import guard
+
+    if doc.text.isascii() and all(c.text.isascii() for c in doc.prechunked):
+        return doc  # nothing to change (the common case)
+    pre = tuple(replace(c, text=guard.visible(c.text), end=c.start + len(guard.visible(c.text))) for c in doc.prechunked)
+    return replace(doc, text=guard.visible(doc.text), prechunked=pre)
+
+
 def _doc_label(doc: Document, label: str | None) -> str:
     # An explicit flag wins; then the document's own front-matter; else public.
     return label or dict(doc.meta).get("label") or dict(doc.meta).get("sensitivity") or "public"
@@ -135,6 +149,7 @@ def ingest_documents(
         if old and old.content_hash == text_hash and old.label == doc_label:
             report.unchanged.append(doc.path)
             continue
+        doc = store_form(doc)
         doc, restrict, found = apply_dlp(doc, settings.dlp)
         if found:
             report.findings[doc.path] = found
