@@ -128,6 +128,13 @@ def _listing(d, who: Principal) -> dict:
     return out
 
 
+def _namespace(key_name: str) -> str:
+    """Where a key's uploads live: "@name". Operator files come from folders on disk and
+    are owned by the operator; uploads are owned by their key, and ownership (not the
+    path) decides who may replace or delete, so even a folder named "@x" is safe."""
+    return "@" + key_name
+
+
 def _host_name(header: str) -> str:
     """The name in a Host header, without its port ("[::1]:8000" -> "[::1]")."""
     if header.startswith("["):
@@ -412,8 +419,12 @@ def create_app(cfg: ServerConfig) -> FastAPI:
 
     @app.post("/ingest")
     def ingest(body: IngestIn, who: Principal = Depends(need("contributor"))) -> dict:
-        # bound to the caller: no one writes another's path (the baseline trusts the claim)
-        doc = body.source if baseline else f"{who.name}/{_safe_source(body.source)}"
+        # Bound to the caller, in a namespace no operator file maps to ("@name/...": see
+        # _namespace), and never over a document someone else owns (the baseline trusts the claim).
+        doc = body.source if baseline else f"{_namespace(who.name)}/{_safe_source(body.source)}"
+        owner = cfg.store.documents().get(doc)
+        if owner is not None and not baseline and owner.principal != f"api:{who.name}":
+            raise HTTPException(409, f"{doc!r} belongs to someone else; upload under another name")
         label = body.label or "public"
         if label not in who.clearance and who.role != "admin":
             raise HTTPException(403, f"you may not publish {label!r} documents")
@@ -429,7 +440,10 @@ def create_app(cfg: ServerConfig) -> FastAPI:
                 if who.trusted:
                     cfg.store.relabel(doc, label)
             if not who.trusted:
-                cfg.state.queue(doc, label, who.name, findings, flags)
+                # The queue shows what will go live and its version; approval names that version.
+                version = cfg.store.documents()[doc].content_hash
+                preview = guard.redact(guard.visible(body.body))[0][:4000]
+                cfg.state.queue(doc, label, who.name, findings, flags, version, preview)
             reload()
         cfg.state.audit(who.name, "ingest", doc, [], status, flags)
         return {"doc": doc, "status": status, "label": label, "chunks": report.chunks_written,
@@ -437,7 +451,9 @@ def create_app(cfg: ServerConfig) -> FastAPI:
 
     @app.delete("/documents/{doc:path}")
     def delete(doc: str, who: Principal = Depends(need("contributor"))) -> dict:
-        if who.role != "admin" and not doc.startswith(f"{who.name}/"):
+        record = cfg.store.documents().get(doc)
+        # Ownership is provenance (who uploaded it), not a path prefix a key name could mimic.
+        if who.role != "admin" and (record is None or record.principal != f"api:{who.name}"):
             raise HTTPException(403, "you may only delete your own documents")
         with lock:
             delete_documents(cfg.store, [doc])
@@ -451,13 +467,20 @@ def create_app(cfg: ServerConfig) -> FastAPI:
         return cfg.state.pending()
 
     @app.post("/review/{doc:path}/{decision}")
-    def decide(doc: str, decision: str, who: Principal = Depends(need("admin"))) -> dict:
+    def decide(doc: str, decision: str, version: str | None = None, who: Principal = Depends(need("admin"))) -> dict:
+        """Approve or reject a queued upload. Approval names the ``version`` the reviewer
+        read (from GET /review): a newer upload under the same name is not approved with it."""
         if decision not in ("approve", "reject"):
-            raise HTTPException(404, "use /review/<doc>/approve or /review/<doc>/reject")
+            raise HTTPException(404, "use /review/<doc>/approve?version=<version> or /review/<doc>/reject")
+        if decision == "approve" and not version:
+            raise HTTPException(422, "approving needs ?version=<the version shown by GET /review>")
         with lock:
-            entry = cfg.state.take(doc)
+            entry = cfg.state.take(doc, version if decision == "approve" else None)
             if entry is None:
                 raise HTTPException(404, f"{doc!r} is not waiting for review")
+            if entry.get("stale"):
+                raise HTTPException(409, f"{doc!r} changed since that version was shown (now {entry['version'][:12]}); "
+                                         "review it again")
             if decision == "approve":
                 cfg.store.relabel(doc, entry["label"])
             else:

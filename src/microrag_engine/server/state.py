@@ -39,29 +39,42 @@ class ServerState:
         CREATE TABLE IF NOT EXISTS audit (id INTEGER PRIMARY KEY, ts TEXT NOT NULL, principal TEXT NOT NULL,
             action TEXT NOT NULL, query TEXT NOT NULL, hits TEXT NOT NULL, decision TEXT NOT NULL, flags TEXT NOT NULL);
         """)
-        if "raw" not in {r[1] for r in self.db.execute("PRAGMA table_info(audit)")}:  # state files of older releases
-            self.db.execute("ALTER TABLE audit ADD COLUMN raw TEXT NOT NULL DEFAULT ''")
+        # columns added after the first release (state files of older servers get them here)
+        for table, column in (("audit", "raw"), ("review", "version"), ("review", "preview")):
+            if column not in {r[1] for r in self.db.execute(f"PRAGMA table_info({table})")}:
+                self.db.execute(f"ALTER TABLE {table} ADD COLUMN {column} TEXT NOT NULL DEFAULT ''")
 
     # ------------------------------------------------------------ review queue
 
-    def queue(self, doc: str, label: str, principal: str, findings: dict, flags: list[str]) -> None:
+    def queue(self, doc: str, label: str, principal: str, findings: dict, flags: list[str],
+              version: str = "", preview: str = "") -> None:
+        """Queue ``doc`` for review; a newer upload of the same doc replaces the entry (and its version)."""
         with self.lock:
-            self.db.execute("INSERT OR REPLACE INTO review VALUES (?,?,?,?,?,?)",
-                            (doc, label, principal, now(), json.dumps(findings), json.dumps(flags)))
+            self.db.execute("INSERT OR REPLACE INTO review (doc, label, principal, submitted, findings, flags, version, preview) "
+                            "VALUES (?,?,?,?,?,?,?,?)",
+                            (doc, label, principal, now(), json.dumps(findings), json.dumps(flags), version, preview))
 
     def pending(self) -> list[dict]:
         with self.lock:
-            rows = self.db.execute("SELECT doc, label, principal, submitted, findings, flags FROM review ORDER BY submitted")
+            rows = self.db.execute("SELECT doc, label, principal, submitted, findings, flags, version, preview "
+                                   "FROM review ORDER BY submitted")
             return [{"doc": r[0], "label": r[1], "principal": r[2], "submitted": r[3],
-                     "findings": json.loads(r[4]), "flags": json.loads(r[5])} for r in rows]
+                     "findings": json.loads(r[4]), "flags": json.loads(r[5]), "version": r[6], "preview": r[7]}
+                    for r in rows]
 
-    def take(self, doc: str) -> dict | None:
-        """Remove ``doc`` from the queue and return its entry (None if not queued)."""
+    def take(self, doc: str, version: str | None = None) -> dict | None:
+        """Remove ``doc`` from the queue and return its entry (None if not queued).
+
+        With ``version``, only if the queued content is still that version; otherwise
+        the entry stays and ``{"stale": True, ...}`` comes back.
+        """
         with self.lock:
-            row = self.db.execute("SELECT label, principal FROM review WHERE doc = ?", (doc,)).fetchone()
+            row = self.db.execute("SELECT label, principal, version FROM review WHERE doc = ?", (doc,)).fetchone()
+            if row and version is not None and version != row[2]:
+                return {"stale": True, "label": row[0], "principal": row[1], "version": row[2]}
             if row:
                 self.db.execute("DELETE FROM review WHERE doc = ?", (doc,))
-        return {"label": row[0], "principal": row[1]} if row else None
+        return {"label": row[0], "principal": row[1], "version": row[2]} if row else None
 
     # ------------------------------------------------------------ audit trail
 

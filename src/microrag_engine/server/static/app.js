@@ -193,10 +193,13 @@ async function refreshAdmin() {
   for (const item of queue) {
     const approve = el("button", { type: "button", text: "Approve", "aria-label": "Approve " + item.doc });
     const reject = el("button", { type: "button", text: "Reject", "aria-label": "Reject " + item.doc });
-    approve.addEventListener("click", () => decide(item.doc, "approve"));
+    approve.addEventListener("click", () => decide(item.doc, "approve", item.version));
     reject.addEventListener("click", () => decide(item.doc, "reject"));
+    // The content being approved, as it will be stored (text only: never rendered as HTML).
+    const preview = el("pre", { text: item.preview, class: "preview" });
     ul.append(el("li", {}, el("strong", { text: item.doc }),
-      ` by ${item.principal}, label ${item.label}` + (item.flags.length ? `; flags: ${item.flags.join("; ")}` : ""), approve, reject));
+      ` by ${item.principal}, label ${item.label}, version ${item.version.slice(0, 12)}` +
+      (item.flags.length ? `; flags: ${item.flags.join("; ")}` : ""), approve, reject, preview));
   }
   const rows = await api("GET", "/audit?limit=20");
   const tbody = $("#audit tbody");
@@ -208,8 +211,9 @@ async function refreshAdmin() {
     (c.suspicious ? " - SUSPICIOUS (unrelated queries)" : "") })) : [el("li", { text: "No document surfaces for many queries yet." })]));
 }
 
-async function decide(doc, decision) {
-  try { await api("POST", `/review/${doc}/${decision}`); } catch (err) { alert(err.message); }
+async function decide(doc, decision, version) {
+  const query = version ? `?version=${encodeURIComponent(version)}` : "";
+  try { await api("POST", `/review/${doc}/${decision}${query}`); } catch (err) { alert(err.message); }
   refreshAdmin();
 }
 
