@@ -14,7 +14,11 @@ REQ := requirements
 
 venv: $(TEST_STAMP)
 
+# The locks pin wheels for CPython 3.11 on x86-64 Linux (our CI machine kind); elsewhere
+# install from pyproject.toml's ranges instead (README, "Install options").
 $(BIN)/python:
+	@$(PY) -c 'import platform, sys; sys.exit(sys.version_info[:2] != (3, 11) or platform.machine() != "x86_64")' || \
+	  { echo "make: the locks in requirements/ are for CPython 3.11 on x86-64 Linux; use pip install './[models]' (README)" >&2; exit 1; }
 	$(PY) -m venv $(VENV)
 
 # The project itself goes in last, without build isolation, so the build backend is the

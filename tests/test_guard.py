@@ -192,5 +192,21 @@ def test_stored_text_is_what_the_checks_read():
 
 
 def test_subdivision_flags_are_not_hidden_text():
-    england = "\U0001F3F4" + "".join(chr(0xE0000 + ord(c)) for c in "gbeng") + "\U000E007F"
-    assert not injection_check(f"Fixtures: {england} v Wales").suspicious
+    def flag(code: str) -> str:
+        return "\U0001F3F4" + "".join(chr(0xE0000 + ord(c)) for c in code) + "\U000E007F"
+
+    assert not injection_check(f"Fixtures: {flag('gbeng')} v {flag('gbwls')}, {flag('gbsct')} v {flag('gbeng')}").suspicious
+
+
+@pytest.mark.parametrize("text, kind, n", [
+    ("+1 555-123-4567\n+1 555-987-6543", "phone", 2),     # the boundary after one is the one before the next
+    ("+1 555-123-4567, +1 555-987-6543", "phone", 2),
+    ("call 555-123-45678 ext", "phone", 0),               # glued to a word: not a phone number
+])
+def test_adjacent_findings_are_all_found(text, kind, n):
+    assert summary(scan(text)[1]).get(kind, 0) == n
+
+
+def test_adjacent_spaced_runs_both_collapse():
+    assert canonical("s e c r e t,p a s s w o r d") == "secret,password"
+    assert canonical("a b c dog") == "a b c dog"  # ends inside a word: left alone

@@ -122,8 +122,8 @@ def test_wrong_key_guesses_are_throttled(tmp_path):
     try:
         codes = [s.call("GET", "/whoami", headers={"Authorization": f"Bearer guess-{i}"}).status_code for i in range(12)]
         assert codes[:10] == [401] * 10 and codes[10:] == [429, 429]
-        # for the rest of the minute, even a right key from that address waits
-        assert s.call("GET", "/whoami", "reader").status_code == 429
+        # a right key is never throttled (one guesser behind a shared address locks no one out)
+        assert s.call("GET", "/whoami", "reader").status_code == 200
     finally:
         s.stop()
 
@@ -268,6 +268,7 @@ def test_body_size_limit_counts_chunked_bytes(srv, path):
         return next(int(line.split()[1]) for line in Path("/proc/self/status").read_text().splitlines()
                     if line.startswith("VmHWM")) * 1024
 
+    Path("/proc/self/clear_refs").write_text("5")  # reset the high-water mark to the current RSS
     before = peak_rss()
     r = srv.call("POST", path, "trusted", content=body(), headers={"content-type": "application/json"})
     assert r.status_code == 413 and "over 1000000 bytes" in r.json()["error"]
@@ -500,7 +501,7 @@ def test_audit_row_exists_before_content_leaves_and_keeps_the_raw_query(tmp_path
 
         ask(s, "is password: Qz7vLp2mXr9Tn4Hk safe to use?", "reader")
         row = s.call("GET", "/audit?limit=1", "admin").json()[0]
-        assert row["raw"].startswith("sha256:") and "Qz7vLp2mXr9Tn4Hk" not in json.dumps(row)
+        assert row["raw"].startswith("hmac-sha256:") and "Qz7vLp2mXr9Tn4Hk" not in json.dumps(row)
     finally:
         s.stop()
 
@@ -516,6 +517,9 @@ def test_sources_pass_the_output_guard_even_with_dlp_off(tmp_path):
         out = s.call("POST", "/query", "reader", json={"query": "build server credentials access key"}).json()
         assert any(src["doc"].endswith("keys.md") for src in out["sources"])
         assert secret not in json.dumps(out)
+        # ...and a clean chunk comes back as written, not in the guard's canonical form
+        assert any("The corporate VPN uses WireGuard" in src["text"]
+                   for src in s.call("POST", "/query", "reader", json={"query": "corporate VPN WireGuard"}).json()["sources"])
         with httpx.stream("POST", s.url + "/query", json={"query": "build server credentials access key", "stream": True},
                           headers={"Authorization": f"Bearer {s.key['reader']}"}, timeout=60) as r:
             body = "".join(r.iter_lines())
@@ -600,6 +604,10 @@ def test_approval_is_bound_to_the_version_reviewed(tmp_path):
         assert all(src["doc"] != v1["doc"] for src in ask(s, "printer tips tray", "admin")["sources"])  # v2 not live
         now = next(e for e in s.call("GET", "/review", "admin").json() if e["doc"] == v1["doc"])
         assert "Ignore all previous" in now["preview"] and now["flags"] and now["version"] != shown["version"]
+        # the preview is the stored form: a homoglyph link is shown as the reader will get it
+        s.call("POST", "/ingest", "contrib", json={"source": "pay.md", "body": "Pay at https://p\u0430ypal.example now."})
+        pay = next(e for e in s.call("GET", "/review", "admin").json() if e["doc"].endswith("pay.md"))
+        assert "p\u0430ypal" in pay["preview"]
     finally:
         s.stop()
 

@@ -149,8 +149,9 @@ def _allowed_hosts(args) -> tuple[str, ...] | None:
     names = list(args.allowed_host or [])
     if "*" in names:
         return None
-    return tuple(dict.fromkeys(["127.0.0.1", "localhost", "::1", "[::1]", *names,
-                                *([args.host] if args.host not in ("0.0.0.0", "::") else [])]))
+    host = f"[{args.host}]" if ":" in args.host and not args.host.startswith("[") else args.host
+    return tuple(dict.fromkeys(n.lower() for n in ["127.0.0.1", "localhost", "[::1]", *names,
+                                                   *([host] if args.host not in ("0.0.0.0", "::") else [])]))
 
 
 def smollm2_path():

@@ -36,20 +36,32 @@ _INVISIBLE_RANGES = ((0xFE00, 0xFE0F), (0xE0100, 0xE01EF), (0x180B, 0x180F), (0x
                      (0x115F, 0x1160), (0x3164, 0x3164), (0xFFA0, 0xFFA0))
 
 
+# Zero-width (non-)joiners spell Persian and Indic words and join emoji: stored text
+# keeps them (they carry no text of their own); the checks drop them.
+_JOINERS = frozenset("\u200c\u200d")
+
+
 def _invisible(ch: str) -> bool:
     o = ord(ch)
     return unicodedata.category(ch) == "Cf" or any(lo <= o <= hi for lo, hi in _INVISIBLE_RANGES)
 
 
 def visible(text: str) -> str:
-    """NFKC with every invisible character removed: what ingest stores and the model reads.
+    """NFC with invisible characters removed (joiners kept): what ingest stores and the model reads.
 
-    Applied to stored text so that the checks (which run on ``canonical``, a further
-    step of this) and the model see the same characters: nothing can be hidden from
-    the checks and still reach the model.
+    The checks read ``canonical`` of this, which only drops more (joiners) and folds
+    (NFKC, confusables), so nothing hidden from the checks can reach the model. NFC, not
+    NFKC: stored text keeps "10⁶" and "m²" as written.
     """
-    text = unicodedata.normalize("NFKC", text)
-    return "".join(ch for ch in text if not _invisible(ch)) if not text.isascii() else text
+    if text.isascii():
+        return text
+    text = unicodedata.normalize("NFC", text)
+    return "".join(ch for ch in text if ch in _JOINERS or not _invisible(ch))
+
+
+def _is_word(ch: str) -> bool:
+    """Python's ``\\w`` for one character (RE2 has no lookahead, so boundaries are checked here)."""
+    return ch.isalnum() or ch == "_"
 
 
 @lru_cache(maxsize=1)
@@ -82,16 +94,26 @@ _AT = rx.compile(r"(?i)\s*[\[\(\{<]\s*(?:at|@)\s*[\]\)\}>]\s*|\s+at\s+([\w-]+\s*
 _DOT = rx.compile(r"(?i)\s*[\[\(\{<]\s*(?:dot|\.)\s*[\]\)\}>]\s*")
 # s p a c e d  o u t / s.p.a.c.e.d / s-p-a-c-e-d runs of 4+ single characters, not part
 # of a longer word on either side (groups 1 and 3 are those boundary characters).
-_SPACED = rx.compile(rf"(^|{rx.NOT_WORD})((?:[\pL\pN_@:=](?:[ ._-]{{1,3}}|\s{{1,3}})){{3,}}[\pL\pN_@:=])({rx.NOT_WORD}|$)")
+# (group 1 is the boundary before; the one after is checked in _collapse, not consumed,
+# so it can start the next run: "s e c r e t,p a s s").
+_SPACED = rx.compile(r"(^|[^\pL\pN_])((?:[\pL\pN_@:=](?:[ ._-]{1,3}|\s{1,3})){3,}[\pL\pN_@:=])")
 _SEPARATORS = rx.compile(r"[ ._\-\s]")
 
 
 def canonical(text: str) -> str:
     """NFKC, invisible characters dropped, confusables mapped, obfuscations collapsed."""
-    text = visible(text).translate(confusables())
+    text = unicodedata.normalize("NFKC", visible(text))
+    text = "".join(ch for ch in text if not _invisible(ch)).translate(confusables())
     text = _AT.sub(lambda m: "@" + (m.group(1) or ""), text)
     text = _DOT.sub(".", text)
-    return _SPACED.sub(lambda m: m.group(1) + _SEPARATORS.sub("", m.group(2)) + m.group(3), text)
+    return _SPACED.sub(lambda m: _collapse(m, text), text)
+
+
+def _collapse(m, text: str) -> str:
+    end = m.end()
+    if end < len(text) and _is_word(text[end]):  # the run ends inside a word: not a spaced-out run
+        return m.group(0)
+    return m.group(1) + _SEPARATORS.sub("", m.group(2))
 
 
 # ---------------------------------------------------------------- detectors
@@ -119,7 +141,8 @@ SHAPES = [
     ("private_key", rx.compile(r"-----BEGIN [A-Z ]*PRIVATE KEY-----[\s\S]*?(?:-----END [A-Z ]*PRIVATE KEY-----|$)"), 0),
     ("email", rx.compile(r"\b[A-Za-z0-9._%+-]+@[A-Za-z0-9.-]+\.[A-Za-z]{2,}\b"), 0),
     # not glued to a word or a "+" on the left, nor to a word on the right
-    ("phone", rx.compile(rf"(?:^|[^\pL\pN_+])(\+?\pN{{1,3}}[\s.-]?\(?\pN{{3}}\)?[\s.-]?\pN{{3}}[\s.-]?\pN{{4}})(?:{rx.NOT_WORD}|$)"), 1),
+    # (the boundary after is checked in find_secrets, so two numbers a separator apart both match)
+    ("phone", rx.compile(r"(?:^|[^\pL\pN_+])(\+?\pN{1,3}[\s.-]?\(?\pN{3}\)?[\s.-]?\pN{3}[\s.-]?\pN{4})"), 1),
 ]
 _SECRET_WORD = r"(?:password|passwd|passphrase|pwd|pw|secret|token|api[ _-]?key|access[ _-]?key|private[ _-]?key|credentials?)"
 # "password: X", "api_key=X", "the password is X", "pw -> X"
@@ -145,7 +168,8 @@ def _high_entropy(tok: str) -> bool:
 
 def find_secrets(text: str, view: str = "plain") -> list[Finding]:
     """Credential shapes, secret-in-context values, high-entropy tokens, e-mails, phones."""
-    out = [Finding(kind, m.start(g), m.end(g), view) for kind, pattern, g in SHAPES for m in pattern.finditer(text)]
+    out = [Finding(kind, m.start(g), m.end(g), view) for kind, pattern, g in SHAPES for m in pattern.finditer(text)
+           if g == 0 or m.end(g) == len(text) or not _is_word(text[m.end(g)])]
     out += [Finding("secret_in_context", m.start(1), m.end(1), view) for p in (_CONTEXT, _QUOTED)
             for m in p.finditer(text) if not m.group(1).startswith("[REDACTED")]
     out += [Finding("high_entropy_token", m.start(), m.end(), view) for m in _TOKEN.finditer(text)
@@ -245,9 +269,16 @@ def _printable(b: bytes) -> str | None:
     return s if s and sum(ch.isprintable() or ch.isspace() for ch in s) / len(s) > 0.95 else None
 
 
-def tag_text(text: str) -> str:
-    """ASCII spelled in Unicode tag characters (U+E0020-E007E), which render as nothing."""
-    return "".join(chr(ord(ch) - 0xE0000) for ch in text if 0xE0020 <= ord(ch) <= 0xE007E)
+def tag_runs(text: str) -> list[str]:
+    """ASCII spelled in Unicode tag characters (U+E0020-E007E), which render as nothing, one string per run."""
+    runs, cur = [], []
+    for ch in text:
+        if 0xE0020 <= ord(ch) <= 0xE007E:
+            cur.append(chr(ord(ch) - 0xE0000))
+        elif cur:
+            runs.append("".join(cur))
+            cur = []
+    return runs + (["".join(cur)] if cur else [])
 
 
 def decoded_views(text: str) -> list[tuple[int, int, str, str]]:
@@ -338,7 +369,7 @@ class InjectionVerdict:
 
 def injection_check(text: str, threshold: float = 0.5) -> InjectionVerdict:
     """Similarity to a curated attack set (word + bigram containment) plus heuristics."""
-    hidden = tag_text(text)  # read before canonical() drops them
+    hidden = tag_runs(text)  # read before canonical() drops them
     canon = canonical(text)
     grams = _grams(canon)
     best, best_name = 0.0, ""
@@ -358,7 +389,8 @@ def injection_check(text: str, threshold: float = 0.5) -> InjectionVerdict:
             reasons.append(f"injection hidden in {view}")
     # Emoji subdivision flags (England: "gbeng") are the one legitimate use: short,
     # lowercase letters and digits. Anything else spelled in tags is hidden text.
-    if len(hidden) > 7 or any(not (c.islower() or c.isdigit()) for c in hidden):
+    smuggled = [r for r in hidden if len(r) > 7 or any(not (c.islower() or c.isdigit()) for c in r)]
+    if smuggled:
         reasons.append("text hidden in invisible Unicode tag characters"
-                       + (" (an injection)" if injection_check(hidden, threshold).suspicious else ""))
+                       + (" (an injection)" if injection_check(" ".join(smuggled), threshold).suspicious else ""))
     return InjectionVerdict(bool(reasons), tuple(reasons), best)

@@ -95,6 +95,9 @@ def apply_dlp(doc: Document, mode: str) -> tuple[Document, bool, dict[str, int]]
     return replace(doc, text=results[0][0], prechunked=pre), False, counts
 
 
+STORE_FORM = "visible-1"  # bump when store_form changes what is stored
+
+
 def store_form(doc: Document) -> Document:
     """The document as stored: ``guard.visible`` text (NFKC, no invisible characters).
 
@@ -143,7 +146,9 @@ def ingest_documents(
             raise CorpusError(f"two inputs both map to document {doc.path!r}; ingest them separately or rename one")
         seen.add(doc.path)
         # The DLP mode is part of the hash: switching it re-processes every document.
-        text_hash = sha256(doc.text + "\x00" + "\x00".join(c.text for c in doc.prechunked) + "\x00" + settings.dlp)
+        # So is the stored form's version: documents stored before it re-process once.
+        text_hash = sha256(doc.text + "\x00" + "\x00".join(c.text for c in doc.prechunked) + "\x00" + settings.dlp
+                           + "\x00" + STORE_FORM)
         doc_label = _doc_label(doc, label)
         old = existing.get(doc.path)
         if old and old.content_hash == text_hash and old.label == doc_label:

@@ -169,13 +169,23 @@ class Engine:
         if allowed is None or allowed.all() or not allowed.any():
             return None
         key = tuple(sorted(set(labels))) if labels is not None else ("*",)
-        if key not in self._scoped:
+        scorer = self._scoped.get(key)
+        if scorer is None:  # threads may race to fit: both results are the same, last one kept
             if len(self._scoped) >= 16:  # a handful of clearances in practice; bound it anyway
                 self._scoped.clear()
             s = self.settings
             texts = [self.index.chunks[i].text for i in np.flatnonzero(allowed)]
-            self._scoped[key] = make_keyword(s.keyword, k1=s.k1, b=s.b).fit(texts)
-        return self._scoped[key]
+            scorer = make_keyword(s.keyword, k1=s.k1, b=s.b).fit(texts)
+            self._scoped[key] = scorer
+        return scorer
+
+    def with_settings(self, settings: Settings) -> "Engine":
+        """The same index and documents under other query-time settings (e.g. ``top_k``),
+        sharing the fitted per-clearance statistics."""
+        other = Engine(settings, self.index, self.documents, list(self.labels), self.generation,
+                       store=self.store, records=self.records)
+        other._scoped = self._scoped
+        return other
 
     @property
     def n_chunks(self) -> int:

@@ -9,7 +9,6 @@ sources, DLP, quarantine for untrusted contributors), what may leave it
 
 from __future__ import annotations
 
-import hashlib
 import json
 import logging
 import re
@@ -33,7 +32,7 @@ from ..chunk import Document, load_documents
 from ..config import Settings, override
 from ..errors import LLMError, MicroRAGError
 from ..generate import ChatStream, LLMConfig, extractive_answer
-from ..ingest import delete_documents, ingest_documents
+from ..ingest import apply_dlp, delete_documents, ingest_documents, store_form
 from ..pipeline import Engine
 from ..store import Store
 from .auth import ANONYMOUS, KeyStore, Principal
@@ -64,7 +63,7 @@ class ServerConfig:
     key_failures_per_minute: int = 10
     # Host headers served; others get 400 (a DNS-rebinding page cannot reach a
     # loopback server). None: any host (only behind a proxy that checks it).
-    allowed_hosts: tuple[str, ...] | None = ("127.0.0.1", "localhost", "::1", "[::1]")
+    allowed_hosts: tuple[str, ...] | None = ("127.0.0.1", "localhost", "[::1]")
     verify: bool = True  # NLI-check every answer sentence (requests may turn it off)
     # "lab-baseline" reproduces the naive server of the spec, to prove the attacks real:
     # no auth, any claimed source, no quarantine, literal blocklists, unconfined file tool.
@@ -128,6 +127,16 @@ def _listing(d, who: Principal) -> dict:
     return out
 
 
+PREVIEW_CHARS = 20_000  # of an upload, in the review queue
+
+
+def _guarded(text: str) -> str:
+    """``text`` through the output guard: redacted where something was found, else as is
+    (``redact`` returns the canonical form, which would garble clean text)."""
+    redacted, found = guard.redact(text)
+    return redacted if found else text
+
+
 def _namespace(key_name: str) -> str:
     """Where a key's uploads live: "@name". Operator files come from folders on disk and
     are owned by the operator; uploads are owned by their key, and ownership (not the
@@ -137,6 +146,7 @@ def _namespace(key_name: str) -> str:
 
 def _host_name(header: str) -> str:
     """The name in a Host header, without its port ("[::1]:8000" -> "[::1]")."""
+    header = header.lower()
     if header.startswith("["):
         return header[: header.find("]") + 1]
     return header.rsplit(":", 1)[0] if header.count(":") == 1 else header
@@ -247,12 +257,13 @@ def create_app(cfg: ServerConfig) -> FastAPI:
         auth = request.headers.get("authorization", "")
         key = auth[7:].strip() if auth.lower().startswith("bearer ") else request.headers.get("x-api-key", "")
         if key:
-            client = f"ip:{request.client.host if request.client else ''}"
-            if guesses.exhausted(client):
-                raise HTTPException(429, "too many wrong API keys from this address; wait a minute")
             who = cfg.keys.resolve(key)
             if who is None:
-                guesses.allow(client)  # counts the failure
+                # Wrong keys are throttled per address; right keys never are (behind a shared
+                # proxy address one guesser must not lock every key holder out).
+                client = f"ip:{request.client.host if request.client else ''}"
+                if not guesses.allow(client):
+                    raise HTTPException(429, "too many wrong API keys from this address; wait a minute")
                 raise HTTPException(401, "invalid or revoked API key", headers={"WWW-Authenticate": "Bearer"})
         elif cfg.allow_anonymous:
             who = ANONYMOUS
@@ -288,10 +299,11 @@ def create_app(cfg: ServerConfig) -> FastAPI:
 
     @app.get("/health")
     def health(request: Request) -> dict:
-        """Liveness for anyone (no key needed, nothing revealed); counts for admins only:
-        they include quarantined and restricted documents."""
+        """Liveness for anyone (no key needed, nothing revealed, no rate budget spent);
+        counts for admins only: they include quarantined and restricted documents."""
+        has_key = request.headers.get("authorization") or request.headers.get("x-api-key")
         try:
-            who = principal(request)
+            who = principal(request) if has_key else ANONYMOUS
         except HTTPException:
             who = ANONYMOUS
         if who is ANONYMOUS or not who.at_least("admin"):
@@ -309,7 +321,8 @@ def create_app(cfg: ServerConfig) -> FastAPI:
         safe_query, secrets = guard.redact(body.query)
         # What was sent, for investigators (an obfuscated attack reads differently once
         # canonicalised) - unless it holds a secret, which never enters the audit trail.
-        raw = ("sha256:" + hashlib.sha256(body.query.encode()).hexdigest()) if secrets else body.query
+        # (keyed with the server's own secret: a plain hash of a short secret could be guessed offline)
+        raw = ("hmac-sha256:" + cfg.state.fingerprint(body.query)) if secrets else body.query
         if flags and cfg.input_guard == "block":
             cfg.state.audit(who.name, "query", safe_query, [], "blocked", flags, raw)
             raise HTTPException(400, "the question was blocked by the input guard: " + "; ".join(verdict.reasons))
@@ -318,15 +331,14 @@ def create_app(cfg: ServerConfig) -> FastAPI:
             raise MicroRAGError("the index is empty; ingest documents first")
         settings = eng.settings
         if body.top_k:
-            eng = Engine(override(settings, top_k=body.top_k), eng.index, eng.documents, list(eng.labels), eng.generation,
-                         store=eng.store, records=eng.records)
+            eng = eng.with_settings(override(settings, top_k=body.top_k))
         r = eng.retrieve(body.query, safeguards=True, labels=sorted(who.clearance))
         check = cfg.verify if body.verify is None else body.verify
         records = eng.records  # loaded with the engine: no store round trip per query
         sources = [{"doc": h.chunk.doc, "chunk": h.chunk.index, "id": h.chunk.id, "hybrid": h.hybrid, "kw": h.kw,
                     "em": h.em, "raw_kw": h.raw_kw, "raw_em": h.raw_em,
                     # Chunk text leaves through the same output guard as the answer (red team #10).
-                    "text": guard.redact(h.chunk.text)[0] if cfg.output_guard and not baseline else h.chunk.text,
+                    "text": _guarded(h.chunk.text) if cfg.output_guard and not baseline else h.chunk.text,
                     "label": records[h.chunk.doc].label if h.chunk.doc in records else "",
                     "principal": records[h.chunk.doc].principal if h.chunk.doc in records else "",
                     "ingested_at": records[h.chunk.doc].ingested_at if h.chunk.doc in records else ""}
@@ -338,7 +350,11 @@ def create_app(cfg: ServerConfig) -> FastAPI:
         if body.stream:
             return StreamingResponse(_stream(body.query, r, who, sources, flags, row, check),
                                      media_type="text/event-stream")
-        answer, mode, tool_results, out_flags, checked = _answer(body.query, r, who, check)
+        try:
+            answer, mode, tool_results, out_flags, checked = _answer(body.query, r, who, check)
+        except Exception as exc:  # the row says so; the error itself goes on to its handler
+            cfg.state.settle(row, "error", flags + [f"answer: {getattr(exc, 'detail', type(exc).__name__)}"])
+            raise
         cfg.state.settle(row, "refused" if r.refused else "answered", flags + out_flags)
         return {"answer": answer, "sources": sources, "refused": r.refused, "reason": r.reason, "mode": mode,
                 "capped": r.capped, "flags": flags + out_flags,
@@ -412,7 +428,8 @@ def create_app(cfg: ServerConfig) -> FastAPI:
     @app.get("/documents")
     def documents(who: Principal = Depends(principal)) -> list[dict]:
         docs = cfg.store.documents().values()
-        visible = [d for d in docs if who.role == "admin" or d.label in who.clearance or d.principal == f"api:{who.name}"]
+        visible = [d for d in docs if who.role == "admin" or d.label in who.clearance
+                   or (who is not ANONYMOUS and d.principal == f"api:{who.name}")]
         return [_listing(d, who) for d in visible]
 
     # ------------------------------------------------------------ writing
@@ -440,9 +457,12 @@ def create_app(cfg: ServerConfig) -> FastAPI:
                 if who.trusted:
                     cfg.store.relabel(doc, label)
             if not who.trusted:
-                # The queue shows what will go live and its version; approval names that version.
+                # The queue shows what will go live - the stored form, homoglyphs and all - and
+                # its version; approval names that version.
                 version = cfg.store.documents()[doc].content_hash
-                preview = guard.redact(guard.visible(body.body))[0][:4000]
+                stored = apply_dlp(store_form(Document(doc, body.body)), cfg.settings.dlp)[0].text
+                preview = stored[:PREVIEW_CHARS] + (f"\n[... {len(stored) - PREVIEW_CHARS} more characters]"
+                                                    if len(stored) > PREVIEW_CHARS else "")
                 cfg.state.queue(doc, label, who.name, findings, flags, version, preview)
             reload()
         cfg.state.audit(who.name, "ingest", doc, [], status, flags)

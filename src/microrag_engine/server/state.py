@@ -5,14 +5,17 @@ which no clearance includes, so they cannot be retrieved; the label they will
 get on approval waits here. Every query leaves an audit row, written before any
 retrieved content leaves the server (so a caller who disconnects mid-stream, or an
 answer step that fails, still leaves one): principal, time, the query as sent
-(``raw``; a SHA-256 instead when it holds a secret) and canonicalised and redacted,
+(``raw``; a keyed hash instead when it holds a secret) and canonicalised and redacted,
 retrieved ids and scores, and the decision, updated once the answer is out. The
 collision report reads the audit trail.
 """
 
 from __future__ import annotations
 
+import hashlib
+import hmac
 import json
+import secrets
 import sqlite3
 import threading
 from datetime import datetime, timezone
@@ -39,6 +42,9 @@ class ServerState:
         CREATE TABLE IF NOT EXISTS audit (id INTEGER PRIMARY KEY, ts TEXT NOT NULL, principal TEXT NOT NULL,
             action TEXT NOT NULL, query TEXT NOT NULL, hits TEXT NOT NULL, decision TEXT NOT NULL, flags TEXT NOT NULL);
         """)
+        self.db.execute("CREATE TABLE IF NOT EXISTS meta (key TEXT PRIMARY KEY, value TEXT NOT NULL)")
+        self.db.execute("INSERT OR IGNORE INTO meta VALUES ('audit_key', ?)", (secrets.token_hex(32),))
+        self._audit_key = bytes.fromhex(self.db.execute("SELECT value FROM meta WHERE key = 'audit_key'").fetchone()[0])
         # columns added after the first release (state files of older servers get them here)
         for table, column in (("audit", "raw"), ("review", "version"), ("review", "preview")):
             if column not in {r[1] for r in self.db.execute(f"PRAGMA table_info({table})")}:
@@ -86,6 +92,11 @@ class ServerState:
                 "INSERT INTO audit (ts, principal, action, query, hits, decision, flags, raw) VALUES (?,?,?,?,?,?,?,?)",
                 (now(), principal, action, query, json.dumps(hits), decision, json.dumps(flags), raw))
             return int(cur.lastrowid)
+
+    def fingerprint(self, text: str) -> str:
+        """HMAC-SHA256 of ``text`` under this server's own key: lets an investigator holding
+        the state file match a known query, while a leaked audit trail is no guessing oracle."""
+        return hmac.new(self._audit_key, text.encode(), hashlib.sha256).hexdigest()
 
     def settle(self, row: int, decision: str, flags: list[str]) -> None:
         """The outcome of a row written before the answer was produced."""

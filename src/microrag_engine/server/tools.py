@@ -47,16 +47,25 @@ def run_tool_calls(answer: str, context: list[str], root: Path | None, clearance
     if not confined:
         return [_read_anything(m.group(0), m.group("path")) for m in CALL.finditer(answer)]
     results = []
-    planted = {_norm_path(m.group("path")) for text in context for m in CALL.finditer(canonical(text))}
+    named = [m.group("path") for text in context for m in CALL.finditer(canonical(text))]
+    planted = {_norm_path(p) for p in named} | ({_target(root, p) for p in named} - {None} if root else set())
     for m in CALL.finditer(canonical(answer)):
         call = m.group(0)
         if root is None:
             results.append(ToolResult(call, False, refused="the file tool is disabled"))
-        elif _norm_path(m.group("path")) in planted:
+        elif _norm_path(m.group("path")) in planted or (_target(root, m.group("path")) or "") in planted:
             results.append(ToolResult(call, False, refused="the call text comes from retrieved documents"))
         else:
             results.append(_read(call, m.group("path"), root, clearance, max_bytes))
     return results
+
+
+def _target(root: Path, path: str) -> str | None:
+    """The file ``path`` names under ``root`` once resolved (``../root/x`` is ``x``), or None."""
+    try:
+        return str((root.resolve() / canonical(path).strip().strip("\"'`")).resolve())
+    except (OSError, RuntimeError, ValueError):
+        return None
 
 
 def _read(call: str, requested: str, root: Path, clearance: frozenset[str], max_bytes: int) -> ToolResult:
