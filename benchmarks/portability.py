@@ -7,6 +7,8 @@
     valgrind -q --tool=none python benchmarks/portability.py dump ... --limit 40
     # 2. agreement of argmax and the probability gap between two dumps
     python benchmarks/portability.py compare out/nli-fp32.npz out/nli-int8.npz
+    # 3. retrieval figures with the (int8) embedder's graph fused, then unfused
+    python benchmarks/portability.py eval && python benchmarks/portability.py eval --no-fusion
 
 Pairs: fixed 200-row samples of the NLI sets the regression test reads (MNLI-m gold,
 SNLI test, HealthVer test, SciTail test) and SciFact test (cited abstract, claim)
@@ -52,18 +54,10 @@ def cpu_flags() -> list[str]:
 
 
 def dump(folder: Path, out: Path, limit: int, onnx: Path | None, no_fusion: bool = False, numpy_ref: bool = False) -> None:
-    from microrag_engine import index
     from microrag_engine.nli import CrossEncoder, _softmax
 
     if no_fusion:  # same weights, unfused kernels: another fp32 rounding path on this CPU
-        import onnxruntime as ort
-
-        def unfused(path: Path):
-            opts = ort.SessionOptions()
-            opts.graph_optimization_level = ort.GraphOptimizationLevel.ORT_DISABLE_ALL
-            return ort.InferenceSession(str(path), opts, providers=["CPUExecutionProvider"])
-
-        index.ort_session = unfused
+        _unfused_sessions()
 
     with tempfile.TemporaryDirectory() as tmp:
         if onnx is not None:  # same tokenizer and config, another graph
@@ -86,6 +80,34 @@ def dump(folder: Path, out: Path, limit: int, onnx: Path | None, no_fusion: bool
     np.savez(out, probs=probs, meta=json.dumps({"model": str(onnx or folder), "limit": limit, "no_fusion": no_fusion, "numpy": numpy_ref, "cpu_flags": cpu_flags(),
                                                 "machine": platform.machine()}))
     print(f"{out}: {len(probs)} pairs")
+
+
+def _unfused_sessions() -> None:
+    """Every onnxruntime session from here on runs the graph unfused (another kernel path)."""
+    import onnxruntime as ort
+
+    from microrag_engine import index
+
+    def unfused(path: Path):
+        opts = ort.SessionOptions()
+        opts.graph_optimization_level = ort.GraphOptimizationLevel.ORT_DISABLE_ALL
+        return ort.InferenceSession(str(path), opts, providers=["CPUExecutionProvider"])
+
+    index.ort_session = unfused
+
+
+def eval_figures(no_fusion: bool) -> dict:
+    """The default preset's SciFact and HotpotQA figures (as tests/test_eval.py computes them)."""
+    from microrag_engine import preset
+    from microrag_engine.evaluate import evaluate, load_dataset
+
+    if no_fusion:
+        _unfused_sessions()
+    out = {}
+    for name, cache in [("scifact", "scifact-corpus.minilm.npz"), ("hotpotqa-100", "hotpotqa-100.minilm.npz")]:
+        row = evaluate(load_dataset(SHARED / name, "test"), preset("default"), cache=ROOT / "benchmarks" / "data" / cache)[0]
+        out[name] = {k: round(v, 4) for k, v in row.items() if isinstance(v, float)}
+    return out
 
 
 def compare(a: Path, b: Path) -> dict:
@@ -111,8 +133,12 @@ def main(argv: list[str] | None = None) -> None:
     c = sub.add_parser("compare")
     c.add_argument("a", type=Path)
     c.add_argument("b", type=Path)
+    e = sub.add_parser("eval")
+    e.add_argument("--no-fusion", action="store_true")
     args = ap.parse_args(argv)
-    if args.cmd == "dump":
+    if args.cmd == "eval":
+        print(json.dumps(eval_figures(args.no_fusion)))
+    elif args.cmd == "dump":
         dump(args.folder, args.out, args.limit, args.onnx, args.no_fusion, args.numpy)
     else:
         print(json.dumps(compare(args.a, args.b)))
