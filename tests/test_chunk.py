@@ -176,3 +176,14 @@ def test_pdf_pages_over_the_limits_are_skipped_or_cut(tmp_path, monkeypatch, cap
     assert doc.text.startswith("An ordinary first page.")
     assert len(doc.text) < 2_000 + 100  # page 2 cut to 2,000 characters, page 3 never extracted
     assert "page 2 cut" in caplog.text and "page 3 skipped" in caplog.text
+
+
+def test_a_jsonl_with_a_repeated_chunk_id_is_refused_clearly(tmp_path):
+    """Red team #12: a colliding chunk id crashed ingest with an IntegrityError traceback."""
+    from conftest import run_cli
+
+    (tmp_path / "kb").mkdir()
+    (tmp_path / "kb" / "x.jsonl").write_text('{"id": "a#0", "doc": "a", "text": "first"}\n'
+                                           '{"id": "a#0", "doc": "a", "text": "second"}\n')
+    proc = run_cli("ingest", str(tmp_path / "kb"), "--index", str(tmp_path / "ix"), "--preset", "seed")
+    assert "Traceback" not in proc.stderr and "repeats chunk 0" in proc.stderr

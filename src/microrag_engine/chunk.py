@@ -121,6 +121,7 @@ def _read_pdf(path: Path) -> str:
 def _read_jsonl(path: Path, rel: str) -> list[Document]:
     """Pre-chunked records grouped by their ``doc``, in first-seen order."""
     by_doc: dict[str, list[Chunk]] = {}
+    taken: set[tuple[str, int]] = set()  # (doc, chunk index): the store keys chunks by it
     for lineno, line in enumerate(_read_text(path).splitlines(), 1):
         if not line.strip():
             continue
@@ -134,6 +135,9 @@ def _read_jsonl(path: Path, rel: str) -> list[Document]:
         cid = str(rec.get("id") or f"{doc}#{k}")
         m = re.search(r"#(\d+)$", cid)
         index = int(m.group(1)) if m else k
+        if (doc, index) in taken:
+            raise ValueError(f"line {lineno}: chunk {cid!r} repeats chunk {index} of {doc!r}; give each record its own id")
+        taken.add((doc, index))
         chunks.append(Chunk(id=cid, doc=doc, index=index, start=0, end=len(text), text=text))
     return [Document(path=doc, text="\n\n".join(c.text for c in cs), prechunked=tuple(cs)) for doc, cs in by_doc.items()]
 
