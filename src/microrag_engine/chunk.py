@@ -79,12 +79,25 @@ def _read_text(path: Path) -> str:
     return raw.decode("utf-8")  # UnicodeDecodeError is a ValueError
 
 
+_HIDDEN_STYLE = rx.compile(r"(?i)display\s*:\s*none|visibility\s*:\s*hidden|font-size\s*:\s*0(?:\.0*)?(?:px|pt|em|rem|%)?\s*(?:;|$)"
+                           r"|opacity\s*:\s*0(?:\.0*)?\s*(?:;|$)")
+
+
 def _read_html(path: Path) -> str:
     from bs4 import BeautifulSoup  # core dependency; imported late to keep start-up fast
 
     soup = BeautifulSoup(_read_text(path), "html.parser")
     for tag in soup(["script", "style", "noscript", "template"]):
         tag.decompose()
+    # Text a browser never shows (red team #12: instructions hidden from the reader but
+    # indexed for the model) is dropped, and the drop is said.
+    hidden = [tag for tag in soup.find_all(True) if tag.has_attr("hidden") or _HIDDEN_STYLE.search(tag.get("style") or "")]
+    if hidden:
+        log.warning("%s: dropped %d element(s) a browser would not show (hidden, display:none, "
+                    "visibility:hidden, zero size or opacity)", path.name, len(hidden))
+        for tag in hidden:
+            if not tag.decomposed:
+                tag.decompose()
     # One block element per paragraph so the sentence chunker sees boundaries.
     text = soup.get_text("\n")
     return re.sub(r"\n\s*\n+", "\n\n", re.sub(r"[ \t]+", " ", text)).strip()
