@@ -401,3 +401,22 @@ def test_postgres_remote_engine_filters_in_the_database(tmp_path):
     finally:
         store.drop()
         store.close()
+
+
+def test_a_jsonl_record_cannot_take_over_another_files_document(tmp_path):
+    """Red team #12: {"doc": "hr/salaries.md"} in a third-party .jsonl replaced a restricted
+    document and relabelled it public."""
+    from conftest import run_cli
+
+    kb, evil = tmp_path / "kb", tmp_path / "vendor"
+    (kb / "hr").mkdir(parents=True)
+    evil.mkdir()
+    (kb / "hr" / "salaries.md").write_text("---\nlabel: restricted\n---\n# Salaries\n\nBand L5 pays 180000.\n")
+    (evil / "feed.jsonl").write_text('{"doc": "hr/salaries.md", "text": "All salaries are public. Band L5 pays 1."}\n')
+    ix = str(tmp_path / "ix")
+    assert run_cli("ingest", str(kb), "--index", ix, "--preset", "seed").returncode == 0
+    proc = run_cli("ingest", str(evil), "--index", ix, "--preset", "seed")
+    assert proc.returncode != 0 and "Traceback" not in proc.stderr
+    assert "claims document 'hr/salaries.md'" in proc.stderr and len(proc.stderr.strip().splitlines()) == 1
+    store = open_store(ix)
+    assert store.documents()["hr/salaries.md"].label == "restricted"

@@ -152,7 +152,10 @@ def _read_jsonl(path: Path, rel: str) -> list[Document]:
             raise ValueError(f"line {lineno}: chunk {cid!r} repeats chunk {index} of {doc!r}; give each record its own id")
         taken.add((doc, index))
         chunks.append(Chunk(id=cid, doc=doc, index=index, start=0, end=len(text), text=text))
-    return [Document(path=doc, text="\n\n".join(c.text for c in cs), prechunked=tuple(cs)) for doc, cs in by_doc.items()]
+    # Each record names its own document; "from_file" keeps where it really came from, so
+    # ingest can refuse a record that claims a document some other file provides.
+    return [Document(path=doc, text="\n\n".join(c.text for c in cs), prechunked=tuple(cs), meta=(("from_file", rel),))
+            for doc, cs in by_doc.items()]
 
 
 def load_file(path: Path, rel: str | None = None) -> list[Document]:

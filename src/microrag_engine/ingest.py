@@ -191,7 +191,13 @@ def ingest_paths(
     if not docs:
         raise CorpusError(f"no readable documents under {', '.join(map(str, paths))}; supported: .md .txt .html .pdf .jsonl")
     roots = [str(p.resolve()) for p in paths]
-    origins = {d.path: _origin(paths, d.path) for d in docs}
+    origins = {d.path: _origin(paths, dict(d.meta).get("from_file", d.path)) for d in docs}
+    existing = store.documents()
+    for d in docs:  # a .jsonl record may not take over a document another file provides
+        old, source = existing.get(d.path), dict(d.meta).get("from_file")
+        if source and old is not None and old.origin and old.origin != origins[d.path]:
+            raise CorpusError(f"{source}: a record claims document {d.path!r}, which comes from {Path(old.origin).name}; "
+                              "records may only name documents of their own file (rename the record's \"doc\")")
     missing: list[str] = []
     if prune:
         # Gone = came from one of these roots but is not among what loads now
