@@ -243,10 +243,36 @@ def acl_bypass(t: Target) -> Row:
     return row
 
 
+def statistics_side_channel(t: Target) -> Row:
+    """A never-approved upload must not move what a reader sees (red team #3).
+
+    The reader asks the same question before and after a contributor uploads a page
+    stuffed with its words. Retrieval is deterministic, so any change in the returned
+    chunks or their keyword scores means hidden content reached the reader's
+    statistics (or the page itself went live)."""
+    row = Row("statistics side channel")
+    question = "How do I connect to the VPN from home?"
+
+    def seen() -> tuple[int, list]:
+        r = t.post("/query", "reader", {"query": question})
+        if r.status_code != 200:
+            return r.status_code, []
+        body = r.json()
+        return 200, [(s["doc"], s["chunk"], round(s["raw_kw"], 9)) for s in body.get("sources", [])] + [body.get("reason", "")]
+
+    before = seen()
+    up = t.upload("vpn-connect-notes.md", f"# VPN connect {_marker('STATS')}\n\n" + "vpn connect home vpn connect " * 150)
+    after = seen()
+    _attempt(row, before[0] == after[0] == 200 and before != after,
+             f"HTTP {before[0]}" if before[0] != 200 else "visibility-scoped statistics")
+    return row
+
+
 def run_all(url: str, keys: dict[str, str], kb: Path, probe: Path) -> list[dict]:
     """Every attack against ``url``; ``probe`` is a file whose content the tool must never reveal."""
     t = Target(url, keys)
     secrets_ = kb_secrets(kb)
     rows = [kb_leakage(t, secrets_), ingestion_poisoning(t), embedding_collision(t), retrieval_hijacking(t, probe),
-            filter_bypass(t, secrets_), blending(t), slow_drip(t, probe), poisoned_rag(t), acl_bypass(t)]
+            filter_bypass(t, secrets_), blending(t), slow_drip(t, probe), poisoned_rag(t), acl_bypass(t),
+            statistics_side_channel(t)]
     return [r.as_dict() for r in rows]
