@@ -61,7 +61,8 @@ def run_tool_calls(answer: str, context: list[str], root: Path | None, clearance
 
 
 def _target(root: Path, path: str) -> str | None:
-    """The file ``path`` names under ``root`` once resolved (``../root/x`` is ``x``), or None."""
+    """The file ``path`` names under ``root`` once resolved (a detour out through the root's own
+    name and back in names the same file), or None."""
     try:
         return str((root.resolve() / canonical(path).strip().strip("\"'`")).resolve())
     except (OSError, RuntimeError, ValueError):
