@@ -8,8 +8,6 @@ from __future__ import annotations
 
 import json
 
-import pytest
-
 from conftest import ROOT, SHARED, needs_models, needs_shared
 
 EXPECTED = ROOT / "benchmarks" / "expected"

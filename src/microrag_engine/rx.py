@@ -13,7 +13,7 @@ on super-linear growth.
 
 What RE2 does not do, and how patterns here cope:
 * no lookaround: capture the boundary character and put it back, or test afterwards;
-* ``\\w \\d \\s \\b`` are ASCII: write ``[\\pL\\pN_]`` (``WORD``) where Unicode matters;
+* ``\\w \\d \\s \\b`` are ASCII: write ``[\\pL\\pN_]``, ``SPACE``, ``DIGIT`` where Unicode matters;
 * no named-group spans (``m.start("v")``): use group numbers;
 * flags are inline (``(?i)``, ``(?s)``).
 """
@@ -22,13 +22,10 @@ from __future__ import annotations
 
 import re2
 
-# Python's Unicode \w, \s and \d, for patterns whose behaviour must not change on
+# Python's Unicode \s and \d (write [\pL\pN_] for \w), for patterns whose behaviour must not change on
 # non-ASCII text (RE2's own classes are ASCII).
-WORD = r"[\pL\pN_]"
-NOT_WORD = r"[^\pL\pN_]"
-_SPACES = r"\t\n\x0b\f\r\x1c-\x1f \x{85}\x{a0}\x{1680}\x{2000}-\x{200a}\x{2028}\x{2029}\x{202f}\x{205f}\x{3000}"
-SPACE = rf"[{_SPACES}]"
-NOT_SPACE = rf"[^{_SPACES}]"
+SPACES = r"\t\n\x0b\f\r\x1c-\x1f \x{85}\x{a0}\x{1680}\x{2000}-\x{200a}\x{2028}\x{2029}\x{202f}\x{205f}\x{3000}"
+SPACE = rf"[{SPACES}]"
 DIGIT = r"\p{Nd}"
 
 

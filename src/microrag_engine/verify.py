@@ -28,7 +28,7 @@ POLICIES = ("flag", "drop", "refuse")
 REFUSAL = "I can't give an answer that the documents support."
 
 # Citation markers: [1], [2, 3], [handbook.md#4], and the prompt's own [source: doc · chunk k].
-_CITE = rf"\[(?:{rx.DIGIT}+(?:{rx.SPACE}*,{rx.SPACE}*{rx.DIGIT}+)*|[^\[\]{rx._SPACES}]+#{rx.DIGIT}+|source:[^\[\]]*)\]"
+_CITE = rf"\[(?:{rx.DIGIT}+(?:{rx.SPACE}*,{rx.SPACE}*{rx.DIGIT}+)*|[^\[\]{rx.SPACES}]+#{rx.DIGIT}+|source:[^\[\]]*)\]"
 _CITATION = rx.compile(rx.SPACE + "*" + _CITE)
 _LEADING_CITATIONS = rx.compile(rf"^(?:{rx.SPACE}*{_CITE})+")
 _ABBREV = re.compile(r"(?:\b(?:e\.g|i\.e|etc|vs|approx|No|Fig|Inc|Ltd|al)\.|\b[A-Z]\.)$")

@@ -261,7 +261,7 @@ def statistics_side_channel(t: Target) -> Row:
         return 200, [(s["doc"], s["chunk"], round(s["raw_kw"], 9)) for s in body.get("sources", [])] + [body.get("reason", "")]
 
     before = seen()
-    up = t.upload("vpn-connect-notes.md", f"# VPN connect {_marker('STATS')}\n\n" + "vpn connect home vpn connect " * 150)
+    t.upload("vpn-connect-notes.md", f"# VPN connect {_marker('STATS')}\n\n" + "vpn connect home vpn connect " * 150)
     after = seen()
     _attempt(row, before[0] == after[0] == 200 and before != after,
              f"HTTP {before[0]}" if before[0] != 200 else "visibility-scoped statistics")
