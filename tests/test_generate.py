@@ -12,6 +12,7 @@ import json
 import logging
 import socket
 import threading
+import time
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
@@ -538,3 +539,45 @@ def test_from_env_url_works_end_to_end(llm_server):
 )
 def test_parse_sse_line(line, expected):
     assert parse_sse_line(line) == expected
+
+
+# ---------------------------------------------------------------- the request's deadline
+
+
+def slow_sse(pieces: int, gap_s: float) -> Responder:
+    """A stream that sends one piece every ``gap_s`` seconds (a slow or stuck model)."""
+
+    def respond(h: BaseHTTPRequestHandler) -> None:
+        h.send_response(200)
+        h.send_header("Content-Type", "text/event-stream")
+        h.end_headers()
+        try:
+            for i in range(pieces):
+                h.wfile.write(f"{_delta(content=f'p{i} ')}\n\n".encode())
+                h.wfile.flush()
+                time.sleep(gap_s)
+            h.wfile.write(b"data: [DONE]\n\n")
+        except OSError:  # the client hung up at its deadline
+            pass
+        h.close_connection = True
+
+    return respond
+
+
+def test_a_slow_stream_is_cut_at_the_deadline_and_keeps_its_text(llm_server):
+    """Red team #1: a model that drips tokens cannot hold a request past its budget."""
+    llm_server.script(slow_sse(pieces=100, gap_s=0.1))
+    t0 = time.monotonic()
+    stream = ChatStream(llm_server.cfg(timeout=30.0), [{"role": "user", "content": "hi"}], deadline=t0 + 0.5)
+    text = "".join(stream)
+    assert time.monotonic() - t0 < 3.0  # not the 10 s the whole stream takes
+    assert stream.truncated and text.startswith("p0 ") and "p99" not in text
+
+
+def test_a_silent_model_is_given_up_at_the_deadline(llm_server):
+    llm_server.script(slow_sse(pieces=2, gap_s=20.0))
+    t0 = time.monotonic()
+    stream = ChatStream(llm_server.cfg(timeout=30.0, max_retries=0), [{"role": "user", "content": "hi"}],
+                        deadline=t0 + 0.5)
+    text = "".join(stream)
+    assert time.monotonic() - t0 < 5.0 and text == "p0 " and stream.truncated

@@ -8,55 +8,23 @@ server's own defences stand between the attacker and the canaries.
 from __future__ import annotations
 
 import json
-import socket
-import threading
-import time
 
 import pytest
 
 pytest.importorskip("fastapi", reason="server extra not installed")
-import uvicorn  # noqa: E402
 
-from microrag_engine import override, preset  # noqa: E402
-from microrag_engine.generate import LLMConfig  # noqa: E402
-from microrag_engine.ingest import ingest_paths  # noqa: E402
+from microrag_engine.redteam import lab  # noqa: E402
 from microrag_engine.redteam.attacks import kb_secrets, recoverable, run_all  # noqa: E402
 from microrag_engine.redteam.compliant import respond, serve as serve_model  # noqa: E402
-from microrag_engine.server.app import ServerConfig, create_app  # noqa: E402
-from microrag_engine.server.auth import KeyStore  # noqa: E402
-from microrag_engine.server.state import ServerState  # noqa: E402
-from microrag_engine.store import open_store  # noqa: E402
+from microrag_engine.server.defences import LAB_BASELINE, Defences  # noqa: E402
 
 from conftest import FIXTURES, needs_models, needs_shared, run_cli  # noqa: E402
 
 LAB_KB = FIXTURES / "lab-kb"
 
 
-def _port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
-
-
-def start_server(tmp, profile: str, llm_url: str):
-    settings = preset("default")
-    if profile == "lab-baseline":
-        settings = override(settings, dlp="off", max_per_source=0, w_kw=0.6, gate="none")
-    store = open_store(tmp / "ix")
-    ingest_paths(store, [LAB_KB], settings)
-    keys = KeyStore(tmp / "keys.sqlite")
-    roles = {"admin": keys.add("root", "admin", ["public", "internal", "restricted"]),
-             "contributor": keys.add("mallory", "contributor", ["public"]),
-             "reader": keys.add("rita", "reader", ["public"])}
-    cfg = ServerConfig(store=store, settings=settings, keys=keys, state=ServerState(tmp / "state.sqlite"),
-                       llm=LLMConfig(base_url=llm_url, backoff=0.0), profile=profile, rate_per_minute=10_000)
-    port = _port()
-    server = uvicorn.Server(uvicorn.Config(create_app(cfg), host="127.0.0.1", port=port, log_level="warning"))
-    threading.Thread(target=server.run, daemon=True).start()
-    deadline = time.time() + 30
-    while not server.started and time.time() < deadline:
-        time.sleep(0.05)
-    return server, f"http://127.0.0.1:{port}", roles
+def start_server(tmp, defences: Defences, llm_url: str, tools_dir=None):
+    return lab.start(tmp, defences, llm_url, LAB_KB, tools_dir)
 
 
 @pytest.fixture(scope="module")
@@ -90,7 +58,7 @@ def test_recoverable_sees_through_encodings():
 @needs_models
 @needs_shared
 def test_every_attack_succeeds_against_the_lab_baseline(tmp_path, model, probe):
-    server, url, keys = start_server(tmp_path, "lab-baseline", model)
+    server, url, keys = start_server(tmp_path, LAB_BASELINE, model, tools_dir=probe.parent)
     try:
         rows = run_all(url, {}, LAB_KB, probe)  # the baseline needs no keys at all
     finally:
@@ -102,7 +70,7 @@ def test_every_attack_succeeds_against_the_lab_baseline(tmp_path, model, probe):
 @needs_models
 @needs_shared
 def test_no_attack_succeeds_against_the_default_profile(tmp_path, model, probe):
-    server, url, keys = start_server(tmp_path, "hardened", model)
+    server, url, keys = start_server(tmp_path, Defences(), model, tools_dir=probe.parent)
     try:
         rows = run_all(url, keys, LAB_KB, probe)
     finally:

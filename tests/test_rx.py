@@ -25,6 +25,11 @@ from hypothesis import strategies as st
 import microrag_engine
 from microrag_engine import guard, rx
 
+try:
+    from microrag_engine.server import defences
+except ImportError:  # the server extra is missing
+    defences = None
+
 N = 4_000
 GROWTH = 8
 CEILING_S = 5.0
@@ -34,6 +39,11 @@ HANG_S = 60.0
 # Characters that regexes give meaning to: separators, word characters, brackets,
 # quotes, the "@"/"." of e-mails, digits of phones, path and markup characters.
 ALPHABET = " \t\n_-.aZ1@:=()[]{}<>\"'`/\\#*|!?,;+%~é\u200b"
+
+
+# The lab baseline's deliberately backtracking de-spacer (red team #1): the one pattern
+# exempt, and the positive control that shows this test catches a backtracking pattern.
+NAIVE = {id(p) for p in defences.NAIVE_PATTERNS} if defences else set()
 
 
 def _patterns() -> list[tuple[str, object]]:
@@ -47,7 +57,7 @@ def _patterns() -> list[tuple[str, object]]:
             items = value if isinstance(value, (list, tuple)) else [value]
             for item in items:
                 for obj in (item if isinstance(item, tuple) else (item,)):
-                    if isinstance(obj, re.Pattern) or type(obj).__name__ == "_Regexp":
+                    if (isinstance(obj, re.Pattern) or type(obj).__name__ == "_Regexp") and id(obj) not in NAIVE:
                         found.setdefault(id(obj), (f"{info.name}.{attr}", obj))
     return sorted(found.values(), key=lambda x: x[0])
 
@@ -89,15 +99,15 @@ def _best_of(k: int, fn, text: str) -> float:
     return best
 
 
-def _measure(unit: str, tail: str) -> tuple[str, float, float]:
+def _measure(unit: str, tail: str, hang_s: float = HANG_S) -> tuple[str, float, float]:
     ctx = mp.get_context("fork")
     parent, child = ctx.Pipe(duplex=False)
     proc = ctx.Process(target=_worst, args=(unit, tail, child))
     proc.start()
-    if not parent.poll(HANG_S):
+    if not parent.poll(hang_s):
         proc.kill()
         proc.join()
-        pytest.fail(f"a pattern did not return within {HANG_S:.0f} s on {unit!r} * n + {tail!r} (exponential?)")
+        pytest.fail(f"a pattern did not return within {hang_s:.0f} s on {unit!r} * n + {tail!r} (exponential?)")
     proc.join()
     return parent.recv()
 
@@ -123,6 +133,19 @@ def test_reported_inputs_finish(text):
     """The red team's inputs: 80 underscores froze the server; 32k spaces took 39 s."""
     name, _, t_big = _measure(text, "")
     assert t_big <= CEILING_S, name
+
+
+@pytest.mark.skipif(defences is None, reason="server extra not installed")
+def test_the_growth_check_catches_the_baseline_pattern():
+    """Positive control: version one's de-spacer, kept only for the lab baseline, is caught."""
+    global PATTERNS
+    kept = PATTERNS
+    PATTERNS = [("defences._NAIVE_SPACED", p) for p in defences.NAIVE_PATTERNS]
+    try:
+        with pytest.raises(pytest.fail.Exception, match="did not return"):
+            _measure("_", "aa", hang_s=10.0)
+    finally:
+        PATTERNS = kept
 
 
 def test_rx_refuses_backtracking_syntax():

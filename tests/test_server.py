@@ -338,7 +338,7 @@ def test_collision_report_flags_a_doc_that_answers_everything(tmp_path):
 class FakeLLM:
     """An OpenAI-compatible server that replies with a scripted text (SSE)."""
 
-    def __init__(self, reply: str) -> None:
+    def __init__(self, reply: str, gap_s: float = 0.0) -> None:
         self.reply = reply
         outer = self
 
@@ -348,8 +348,15 @@ class FakeLLM:
                 self.send_response(200)
                 self.send_header("content-type", "text/event-stream")
                 self.end_headers()
-                chunk = {"choices": [{"delta": {"content": outer.reply}}]}
-                self.wfile.write(f"data: {json.dumps(chunk)}\n\ndata: [DONE]\n\n".encode())
+                try:  # word by word, gap_s apart (a slow model)
+                    for piece in outer.reply.split(" ") if gap_s else [outer.reply]:
+                        chunk = {"choices": [{"delta": {"content": piece + (" " if gap_s else "")}}]}
+                        self.wfile.write(f"data: {json.dumps(chunk)}\n\n".encode())
+                        self.wfile.flush()
+                        time.sleep(gap_s)
+                    self.wfile.write(b"data: [DONE]\n\n")
+                except OSError:  # the server hung up at its budget
+                    pass
 
             def log_message(self, *a):
                 pass
@@ -629,3 +636,47 @@ def test_key_names_cannot_reach_operator_documents(tmp_path):
         assert s.call("DELETE", "/documents/@hr/salaries.md", headers={"Authorization": f"Bearer {other}"}).status_code == 403
     finally:
         s.stop()
+
+
+def test_a_slow_model_is_cut_at_the_request_budget(tmp_path):
+    """Red team #1: a request checks its wall-clock budget; a dripping model cannot hold it."""
+    llm = FakeLLM("The VPN uses WireGuard on port 51820. " * 40, gap_s=0.05)  # ~12 s in full
+    srv = Running(tmp_path, llm=LLMConfig(base_url=llm.url, backoff=0.0), request_seconds=1.0)
+    try:
+        t0 = time.monotonic()
+        body = ask(srv, "Which port does the VPN use?", "reader", verify=True)
+        assert time.monotonic() - t0 < 6.0
+        assert body["mode"] == "llm" and body["answer"].startswith("The VPN uses")
+        assert any(f.startswith("budget:") for f in body["flags"]), body["flags"]
+        assert "verify: skipped, the request budget is spent" in body["flags"]
+        row = srv.call("GET", "/audit?limit=1", "admin").json()[0]
+        assert any(f.startswith("budget:") for f in row["flags"])
+    finally:
+        srv.stop()
+        llm.httpd.shutdown()
+
+
+def test_uploads_are_parsed_by_their_name_like_files_on_disk(tmp_path):
+    """Red team #12 through the API: hidden HTML is dropped, .jsonl records stay in their upload."""
+    srv = Running(tmp_path)
+    try:
+        page = ("<html><body><h1>Parking</h1><p>Permits come from facilities.</p>"
+                "<div style='display:none'>HIDDEN-PARKING-CANARY</div><p hidden>HIDDEN-TOO</p></body></html>")
+        r = srv.call("POST", "/ingest", "trusted", json={"source": "parking.html", "body": page})
+        assert r.status_code == 200 and r.json()["status"] == "live"
+        text = json.dumps(ask(srv, "Who gives parking permits?", "reader"))
+        assert "Permits come from facilities" in text and "HIDDEN" not in text and "<div" not in text
+        for record in ({"doc": "vpn.md", "text": "The VPN moved to EVIL-HOST."},
+                       {"doc": "../vpn.md", "text": "The VPN moved to EVIL-HOST."}):
+            r = srv.call("POST", "/ingest", "trusted", json={"source": "import.jsonl", "body": json.dumps(record) + "\n"})
+            assert r.status_code == 400 and "records of an uploaded .jsonl" in r.json()["error"], r.text
+        ok = [{"id": "x#0", "text": "Badge photos are taken on Mondays."}, {"text": "Lost badges cost 10 dollars."}]
+        r = srv.call("POST", "/ingest", "trusted", json={"source": "badges.jsonl",
+                                                         "body": "\n".join(json.dumps(x) for x in ok)})
+        assert r.status_code == 200 and r.json()["chunks"] == 2, r.text
+        docs = {d["doc"]: d for d in srv.call("GET", "/documents", "admin").json()}
+        assert docs["vpn.md"]["principal"] != "api:" + srv.names["trusted"]
+        r = srv.call("POST", "/ingest", "trusted", json={"source": "empty.html", "body": "<p hidden>x</p>"})
+        assert r.status_code == 400 and "no text" in r.json()["error"]
+    finally:
+        srv.stop()

@@ -84,9 +84,14 @@ _HIDDEN_STYLE = rx.compile(r"(?i)display\s*:\s*none|visibility\s*:\s*hidden|font
 
 
 def _read_html(path: Path) -> str:
+    return html_text(_read_text(path), path.name)
+
+
+def html_text(html: str, name: str = "page") -> str:
+    """The text a browser shows of ``html`` (``name`` only labels the warning)."""
     from bs4 import BeautifulSoup  # core dependency; imported late to keep start-up fast
 
-    soup = BeautifulSoup(_read_text(path), "html.parser")
+    soup = BeautifulSoup(html, "html.parser")
     for tag in soup(["script", "style", "noscript", "template"]):
         tag.decompose()
     # Text a browser never shows (red team #12: instructions hidden from the reader but
@@ -94,7 +99,7 @@ def _read_html(path: Path) -> str:
     hidden = [tag for tag in soup.find_all(True) if tag.has_attr("hidden") or _HIDDEN_STYLE.search(tag.get("style") or "")]
     if hidden:
         log.warning("%s: dropped %d element(s) a browser would not show (hidden, display:none, "
-                    "visibility:hidden, zero size or opacity)", path.name, len(hidden))
+                    "visibility:hidden, zero size or opacity)", name, len(hidden))
         for tag in hidden:
             if not tag.decomposed:
                 tag.decompose()
@@ -123,7 +128,10 @@ def _read_pdf(path: Path) -> str:
             log.warning("%s: page %d skipped: its content stream is %d bytes (limit %d)",
                         path.name, number, size, MAX_PDF_PAGE_BYTES)
             continue
-        text = (page.extract_text() or "").strip()
+        text, hidden = _visible_page_text(page)
+        if hidden:
+            log.warning("%s: page %d: dropped %d piece(s) of text a reader would not see (white, under 1 pt, "
+                        "or invisible render mode)", path.name, number, hidden)
         if len(text) > MAX_PDF_PAGE_CHARS:
             log.warning("%s: page %d cut to %d of its %d characters", path.name, number, MAX_PDF_PAGE_CHARS, len(text))
             text = text[:MAX_PDF_PAGE_CHARS]
@@ -131,11 +139,72 @@ def _read_pdf(path: Path) -> str:
     return "\n\n".join(p for p in pages if p)
 
 
+_SHOW_TEXT = {b"Tj", b"TJ", b"'", b'"'}
+
+
+def _visible_page_text(page) -> tuple[str, int]:
+    """(the text of a pypdf page a reader can see, how many pieces were dropped).
+
+    Red team #12: an instruction in white, sub-point or invisible-mode (``3 Tr``) text is
+    read by the model but never by the person who approved the file. The graphics state
+    (fill colour, render mode, ``q``/``Q``) is tracked operator by operator; pypdf hands
+    text over in pieces (at ``ET`` and line moves), and a piece is dropped when every
+    text-showing operator in it was hidden. A piece that mixes hidden and visible text is
+    kept: the visible words must not be lost (the residual risk, SECURITY.md).
+    """
+    state = {"white": False, "mode": 0}
+    stack: list[dict] = []
+    shown: list[bool] = []  # hidden? per text-showing operator since the last piece
+    kept: list[str] = []
+    dropped = 0
+
+    def number(x) -> float:
+        try:
+            return float(x)
+        except (TypeError, ValueError):
+            return 0.0
+
+    def before(op: bytes, args, cm, tm) -> None:
+        if op == b"q":
+            stack.append(dict(state))
+        elif op == b"Q" and stack:
+            state.update(stack.pop())
+        elif op == b"Tr" and args:
+            state["mode"] = int(number(args[0]))
+        elif op in (b"rg", b"sc", b"scn", b"g") and len(args) in (1, 3) and not hasattr(args[-1], "startswith"):
+            state["white"] = all(number(a) >= 0.95 for a in args)
+        elif op == b"k" and len(args) == 4:
+            state["white"] = all(number(a) <= 0.05 for a in args)
+        elif op in _SHOW_TEXT:
+            scale = abs(tm[0] * tm[3] - tm[1] * tm[2]) ** 0.5 * abs(cm[0] * cm[3] - cm[1] * cm[2]) ** 0.5
+            shown.append(state["white"] or state["mode"] in (3, 7) or scale * state.get("size", 12.0) < 1.0)
+        if op == b"Tf" and len(args) == 2:
+            state["size"] = number(args[1])
+
+    def text(piece: str, cm, tm, font, size) -> None:
+        nonlocal dropped
+        hidden = bool(shown) and all(shown)
+        if piece.strip():
+            shown.clear()
+        if hidden and piece.strip():
+            dropped += 1
+        else:
+            kept.append(piece)
+
+    page.extract_text(visitor_operand_before=before, visitor_text=text)
+    return re.sub(r"\n{3,}", "\n\n", "".join(kept)).strip(), dropped
+
+
 def _read_jsonl(path: Path, rel: str) -> list[Document]:
-    """Pre-chunked records grouped by their ``doc``, in first-seen order."""
+    return jsonl_documents(_read_text(path), rel)
+
+
+def jsonl_documents(text: str, rel: str) -> list[Document]:
+    """Pre-chunked records (one JSON object per line of ``text``, the file ``rel``)
+    grouped by their ``doc``, in first-seen order."""
     by_doc: dict[str, list[Chunk]] = {}
     taken: set[tuple[str, int]] = set()  # (doc, chunk index): the store keys chunks by it
-    for lineno, line in enumerate(_read_text(path).splitlines(), 1):
+    for lineno, line in enumerate(text.splitlines(), 1):
         if not line.strip():
             continue
         try:
@@ -145,9 +214,11 @@ def _read_jsonl(path: Path, rel: str) -> list[Document]:
             raise ValueError(f"line {lineno} is not a {{\"id\",\"doc\",\"text\"}} record ({exc})") from None
         chunks = by_doc.setdefault(doc, [])
         k = len(chunks)
-        cid = str(rec.get("id") or f"{doc}#{k}")
-        m = re.search(r"#(\d+)$", cid)
+        m = re.search(r"#(\d+)$", str(rec.get("id") or ""))
         index = int(m.group(1)) if m else k
+        # The id is always "<doc>#<index>", whatever the record says: a record cannot take
+        # the id of another document's chunk (the store keys chunks by id).
+        cid = f"{doc}#{index}"
         if (doc, index) in taken:
             raise ValueError(f"line {lineno}: chunk {cid!r} repeats chunk {index} of {doc!r}; give each record its own id")
         taken.add((doc, index))
@@ -170,6 +241,19 @@ def load_file(path: Path, rel: str | None = None) -> list[Document]:
         return [Document(rel, _read_pdf(path))]
     meta, text = split_front_matter(_read_text(path))
     return [Document(rel, text, meta=tuple(meta.items()))]
+
+
+def parse_upload(rel: str, text: str) -> list[Document]:
+    """The documents of a file sent as text (an upload named ``rel``), parsed by its
+    suffix as ``load_file`` parses one on disk: hidden HTML dropped, .jsonl records
+    grouped (each naming its document; the caller confines them), front matter read."""
+    suffix = Path(rel).suffix.lower()
+    if suffix == ".jsonl":
+        return jsonl_documents(text, rel)
+    if suffix in HTML_SUFFIXES:
+        return [Document(rel, html_text(text, rel))]
+    meta, body = split_front_matter(text)
+    return [Document(rel, body, meta=tuple(meta.items()))]
 
 
 def iter_files(root: Path) -> Iterator[tuple[Path, str]]:

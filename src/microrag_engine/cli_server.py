@@ -40,8 +40,10 @@ def add_parsers(sub, common: argparse.ArgumentParser) -> None:
                     help="do not NLI-check answers by default (a request can still ask with \"verify\": true)")
     sv.add_argument("--tools-dir", metavar="DIR", help="enable the file-read tool, confined to DIR (default: off)")
     sv.add_argument("--profile", choices=("hardened", "lab-baseline"), default="hardened",
-                    help="lab-baseline = the naive server of the spec (no auth, no DLP, no cap, literal blocklists, "
-                         "unconfined file tool), loopback only, to demonstrate the attacks")
+                    help="lab-baseline = the naive server: every defence of server/defences.py off, no DLP, no "
+                         "diversity cap; loopback only, a target for `microrag redteam`")
+    sv.add_argument("--request-seconds", type=float, default=60.0, metavar="S",
+                    help="wall-clock budget of one request; the model's answer is cut there (default: %(default)s)")
     cl = sub.add_parser("compliant-llm", help="run the maximally compliant test model (OpenAI-compatible)")
     ll = sub.add_parser("local-llm", parents=[common],
                         help="serve the packaged SmolLM2-135M offline through llama.cpp's OpenAI-compatible server")
@@ -53,9 +55,11 @@ def add_parsers(sub, common: argparse.ArgumentParser) -> None:
     cl.add_argument("--port", type=int, default=8001)
     rt = sub.add_parser("redteam", help="run the canonical RAG attacks against a live server")
     rt.add_argument("--target", required=True, help="server base URL, e.g. http://127.0.0.1:8000")
-    rt.add_argument("--keys", help="admin=KEY,contributor=KEY,reader=KEY (missing roles call anonymously)")
+    rt.add_argument("--keys", help="admin=KEY,trusted=KEY,contributor=KEY,reader=KEY: trusted is a contributor key made "
+                    "with --trusted (missing roles call anonymously)")
     rt.add_argument("--kb", default="../shared/fixtures/lab-kb", help="the planted-secrets knowledge base the server holds")
-    rt.add_argument("--probe", default="/etc/hostname", help="a file the file tool must never reveal")
+    rt.add_argument("--probe", default="/etc/hostname", help="a file the file tool must never reveal (put it in the "
+                    "server's --tools-dir to test planted calls that name it by a relative path)")
     rt.add_argument("--json", action="store_true", help="rows as JSON")
     ky = sub.add_parser("keys", help="manage server API keys: add | list | revoke")
     ksub = ky.add_subparsers(dest="action", metavar="ACTION")
@@ -102,24 +106,26 @@ def cmd_serve(args: argparse.Namespace) -> int:
 
         from .server.app import ServerConfig, create_app
         from .server.auth import KeyStore
+        from .server.defences import LAB_BASELINE, LAB_BASELINE_SETTINGS, Defences
         from .server.state import ServerState
     except ImportError:
         raise MicroRAGError("the server needs its extra: pip install 'microrag-engine[server]'") from None
     from pathlib import Path
 
     loopback = args.host in ("127.0.0.1", "localhost", "::1")
-    if args.profile == "lab-baseline":
+    baseline = args.profile == "lab-baseline"
+    if baseline:
         if not loopback:
             raise MicroRAGError("the lab-baseline profile is deliberately vulnerable and binds to loopback only")
-        _diag("WARNING: lab-baseline profile - NO auth, NO DLP, NO diversity cap, literal blocklists, an "
-              "unconfined file tool. A demonstration target for `microrag redteam`; never expose it.")
+        _diag("WARNING: lab-baseline profile - every defence off (" + ", ".join(LAB_BASELINE.off()) + "), no DLP, "
+              "no diversity cap. A demonstration target for `microrag redteam`; never expose it.")
     elif not loopback and not args.quiet:
         _diag(f"warning: listening on {args.host}: put TLS and a firewall in front of it")
     store = open_store(args.index or default_location(), create=True)
     name = args.preset or _preset_for(store.meta())
     settings = override(_settings(args, name), dlp=args.dlp)
-    if args.profile == "lab-baseline":
-        settings = override(settings, dlp="off", max_per_source=0, w_kw=0.6, gate="none")
+    if baseline:
+        settings = override(settings, **LAB_BASELINE_SETTINGS)
     if args.corpus and not store.documents():
         from .ingest import ingest_paths
 
@@ -129,9 +135,10 @@ def cmd_serve(args: argparse.Namespace) -> int:
     sdir = _server_dir(args)
     cfg = ServerConfig(store=store, settings=settings, keys=KeyStore(sdir / "keys.sqlite"),
                        state=ServerState(sdir / "server.sqlite"), corpus=list(args.corpus or []),
-                       llm=LLMConfig.from_env(), allow_anonymous=not args.no_anonymous, profile=args.profile,
+                       llm=LLMConfig.from_env(), allow_anonymous=not args.no_anonymous,
+                       defences=LAB_BASELINE if baseline else Defences(),
                        input_guard=args.input_guard, tools_dir=Path(args.tools_dir) if args.tools_dir else None,
-                       verify=not args.no_verify and args.profile != "lab-baseline",
+                       verify=not args.no_verify and not baseline, request_seconds=args.request_seconds,
                        allowed_hosts=_allowed_hosts(args))
     app = create_app(cfg)
     if not args.quiet:
@@ -206,12 +213,12 @@ def cmd_compliant_llm(args: argparse.Namespace) -> int:
 def cmd_redteam(args: argparse.Namespace) -> int:
     from pathlib import Path
 
-    from .redteam.attacks import run_all
+    from .redteam.attacks import ROLES, run_all
 
     keys = dict(kv.split("=", 1) for kv in (args.keys or "").split(",") if "=" in kv)
-    unknown = set(keys) - {"admin", "contributor", "reader"}
+    unknown = set(keys) - set(ROLES)
     if unknown:
-        raise MicroRAGError(f"--keys takes admin=...,contributor=...,reader=...; unknown role(s): {', '.join(unknown)}")
+        raise MicroRAGError(f"--keys takes {'=...,'.join(ROLES)}=...; unknown role(s): {', '.join(unknown)}")
     kb, probe = Path(args.kb), Path(args.probe)
     if not kb.is_dir() or not probe.is_file():
         raise MicroRAGError(f"need the planted-secrets knowledge base (--kb, got {kb}) and a probe file (--probe, got {probe})")

@@ -87,9 +87,12 @@ class _Dropped(Exception):
 class ChatStream:
     """Iterate to receive content pieces. After iteration: ``truncated``, ``attempts``."""
 
-    def __init__(self, cfg: LLMConfig, messages: Sequence[Mapping[str, str]]) -> None:
+    def __init__(self, cfg: LLMConfig, messages: Sequence[Mapping[str, str]], deadline: float | None = None) -> None:
         self.cfg = cfg
         self.messages = list(messages)
+        # time.monotonic() at which to stop reading: the text so far is kept and
+        # ``truncated`` set, so a slow or endless stream cannot hold a request.
+        self.deadline = deadline
         self.truncated = False
         self.attempts = 0
 
@@ -112,8 +115,9 @@ class ChatStream:
         for attempt in range(cfg.max_retries + 1):
             self.attempts = attempt + 1
             got_any = False
+            timeout = cfg.timeout if self.deadline is None else max(0.1, min(cfg.timeout, self.deadline - time.monotonic()))
             try:
-                with httpx.stream("POST", url, json=payload, headers=headers, timeout=cfg.timeout) as resp:
+                with httpx.stream("POST", url, json=payload, headers=headers, timeout=timeout) as resp:
                     if resp.status_code in (401, 403):
                         raise LLMError(f"the LLM endpoint rejected the API key (HTTP {resp.status_code}); check LLM_API_KEY")
                     if resp.status_code != 200:
@@ -133,6 +137,10 @@ class ChatStream:
                         if piece:
                             got_any = True
                             yield piece
+                        if self.deadline is not None and time.monotonic() > self.deadline:
+                            self.truncated = True
+                            log.warning("LLM stream cut at the request's deadline; keeping the partial text")
+                            return
                     last_problem = "stream ended before [DONE]"
                     raise _Dropped()
             except (httpx.TransportError, _Dropped) as exc:
@@ -142,6 +150,8 @@ class ChatStream:
                     self.truncated = True
                     log.warning("LLM stream dropped mid-answer (%s); keeping the partial text", last_problem)
                     return
+                if self.deadline is not None and time.monotonic() + cfg.backoff * (2**attempt) > self.deadline:
+                    break  # no time left for another attempt
                 if attempt < cfg.max_retries:
                     time.sleep(cfg.backoff * (2**attempt))
         raise LLMError(

@@ -126,8 +126,12 @@ def ingest_documents(
     origins: dict[str, str] | None = None,
     prune_missing: Iterable[str] = (),
     progress: bool = False,
+    visible: bool = True,
 ) -> IngestReport:
-    """Write ``docs`` into ``store`` (skipping unchanged ones) plus deletions, atomically."""
+    """Write ``docs`` into ``store`` (skipping unchanged ones) plus deletions, atomically.
+
+    ``visible=False`` stores text as sent, invisible characters and all (only the lab
+    baseline server asks for it, to show what ``store_form`` prevents)."""
     settings.validate()
     meta = store.meta()
     check_compatible(meta, settings)
@@ -154,7 +158,7 @@ def ingest_documents(
         if old and old.content_hash == text_hash and old.label == doc_label:
             report.unchanged.append(doc.path)
             continue
-        doc = store_form(doc)
+        doc = store_form(doc) if visible else doc
         doc, restrict, found = apply_dlp(doc, settings.dlp)
         if found:
             report.findings[doc.path] = found

@@ -144,10 +144,13 @@ class Engine:
             raise CorpusError(f"no readable documents under {', '.join(map(str, paths))}; supported: .md .txt .html .pdf .jsonl")
         return cls.from_documents(docs, settings, progress=progress)
 
-    def retrieve(self, query: str, safeguards: bool | None = None, labels: Iterable[str] | None = None) -> Retrieval:
+    def retrieve(self, query: str, safeguards: bool | None = None, labels: Iterable[str] | None = None,
+                 scoped: bool = True) -> Retrieval:
         """Step 3 over the chunks whose label is in ``labels`` (all when ``None``).
 
         ``safeguards=None`` follows the preset (the seed's bare retriever has them off).
+        ``scoped=False`` fits keyword statistics over every chunk, hidden ones included
+        (the lab baseline's leak, red team #3).
         """
         if safeguards is None:
             safeguards = self.settings.safeguards_on_retrieve
@@ -158,7 +161,7 @@ class Engine:
                                    np.array([e for _, _, e in found]), self.settings, safeguards, ceiling)
         allowed = self.mask(labels)
         return retrieve(self.index, query, self.settings, safeguards=safeguards, allowed=allowed,
-                        scoped=self._scoped_keyword(labels, allowed))
+                        scoped=self._scoped_keyword(labels, allowed) if scoped else None)
 
     def _scoped_keyword(self, labels: Iterable[str] | None, allowed: np.ndarray | None):
         """A keyword scorer fitted on the visible chunks only, or None when all are visible.

@@ -28,7 +28,7 @@ from pydantic import BaseModel, Field
 
 from .. import guard
 from ..augment import build_messages
-from ..chunk import Document, load_documents
+from ..chunk import Document, jsonl_documents, load_documents, parse_upload
 from ..config import Settings, override
 from ..errors import LLMError, MicroRAGError
 from ..generate import ChatStream, LLMConfig, extractive_answer
@@ -36,6 +36,7 @@ from ..ingest import apply_dlp, delete_documents, ingest_documents, store_form
 from ..pipeline import Engine
 from ..store import Store
 from .auth import ANONYMOUS, KeyStore, Principal
+from .defences import Defences, naive_blocked, naive_despace, naive_output
 from .state import QUARANTINE, ServerState
 from .tools import run_tool_calls
 
@@ -65,9 +66,11 @@ class ServerConfig:
     # loopback server). None: any host (only behind a proxy that checks it).
     allowed_hosts: tuple[str, ...] | None = ("127.0.0.1", "localhost", "[::1]")
     verify: bool = True  # NLI-check every answer sentence (requests may turn it off)
-    # "lab-baseline" reproduces the naive server of the spec, to prove the attacks real:
-    # no auth, any claimed source, no quarantine, literal blocklists, unconfined file tool.
-    profile: str = "hardened"
+    # Wall-clock seconds a request may take: checked between steps, and the model's
+    # stream is cut at it (the answer so far is kept and flagged).
+    request_seconds: float = 60.0
+    # Every defence, on; defences.LAB_BASELINE turns them off for `microrag redteam`.
+    defences: Defences = field(default_factory=Defences)
 
 
 # The page runs only its own script and styles; nothing from a document can execute.
@@ -75,8 +78,8 @@ UI_HEADERS = {"Content-Security-Policy": "default-src 'self'; script-src 'self';
               "object-src 'none'; frame-ancestors 'none'; base-uri 'none'",
               "X-Content-Type-Options": "nosniff", "Referrer-Policy": "no-referrer"}
 
-BASELINE_ALL = Principal("anyone", "admin", frozenset({"public", "internal", "restricted"}), trusted=True)
-BLOCKLIST = ("ignore previous instructions", "password", "secret")  # the naive literal filter
+# Who every caller is when authentication is off (the lab baseline).
+EVERYONE_ADMIN = Principal("anyone", "admin", frozenset({"public", "internal", "restricted"}), trusted=True)
 
 
 class QueryIn(BaseModel):
@@ -113,13 +116,16 @@ class RateLimiter:
             return sum(t - x < 60 for x in self.hits.get(who, ())) >= self.per_minute
 
 
-def _listing(d, who: Principal) -> dict:
+def _listing(d, who: Principal, private: bool = True) -> dict:
     """What /documents shows of a document (red team #4).
 
     Never ``content_hash``: it is taken over the text *before* DLP redaction, so anyone
     holding it can test guesses for a redacted value offline. The file it came from
     (an absolute server path, the operator's account) is for admins only.
+    ``private=False`` is the lab baseline: the whole record.
     """
+    if not private:
+        return dict(d.__dict__)
     out = {"doc": d.doc, "label": d.label, "n_chunks": d.n_chunks, "ingested_at": d.ingested_at,
            "principal": d.principal if d.principal.startswith("api:") else "operator"}
     if who.at_least("admin"):
@@ -171,8 +177,8 @@ class BodyLimit:
     parsing to the app's JSON error handler (413).
     """
 
-    def __init__(self, app, max_body: int) -> None:
-        self.app, self.max_body = app, max_body
+    def __init__(self, app, max_body: int, streamed: bool = True) -> None:
+        self.app, self.max_body, self.streamed = app, max_body, streamed
 
     async def __call__(self, scope, receive, send) -> None:
         if scope["type"] != "http":
@@ -180,6 +186,8 @@ class BodyLimit:
         declared = dict(scope.get("headers") or []).get(b"content-length", b"")
         if declared.isdigit() and int(declared) > self.max_body:
             return await JSONResponse(self._error(), status_code=413)(scope, receive, send)
+        if not self.streamed:  # the lab baseline: a chunked body is never counted (red team #2)
+            return await self.app(scope, receive, send)
         seen = 0
 
         async def counted():
@@ -197,11 +205,23 @@ class BodyLimit:
         return {"error": f"request body over {self.max_body} bytes; send less (one document per /ingest call)"}
 
 
+@dataclass
+class _Turn:
+    """One question on its way to an answer: what every answer step reads."""
+
+    question: str
+    retrieval: object  # retrieve.Retrieval
+    who: Principal
+    check: bool  # verify the answer
+    deadline: float | None  # time.monotonic() by which to stop; None: no budget
+    engine: Engine  # the one that retrieved (a concurrent write may swap the server's)
+
+
 def create_app(cfg: ServerConfig) -> FastAPI:
-    baseline = cfg.profile == "lab-baseline"
+    on = cfg.defences
     # No Swagger/ReDoc pages: they load scripts from a CDN, outside the page's CSP.
     # The schema stays at /openapi.json for any client or offline viewer.
-    app = FastAPI(title="microRAG", version="0.1.0", docs_url=None, redoc_url=None,
+    app = FastAPI(title="microRAG", version="0.1.0", docs_url=None if on.closed_surface else "/docs", redoc_url=None,
                   description="Retrieval-augmented answers over your documents, with identity, labels and an audit trail.")
     lock = threading.RLock()  # one writer; the engine reference swaps atomically after each write
     holder: dict = {"engine": None}
@@ -218,7 +238,7 @@ def create_app(cfg: ServerConfig) -> FastAPI:
 
     # ------------------------------------------------------------ errors and limits
 
-    app.add_middleware(BodyLimit, max_body=cfg.max_body)
+    app.add_middleware(BodyLimit, max_body=cfg.max_body, streamed=on.streamed_body_cap)
 
     @app.exception_handler(MicroRAGError)
     async def _user_error(_: Request, exc: MicroRAGError):
@@ -243,7 +263,7 @@ def create_app(cfg: ServerConfig) -> FastAPI:
     @app.middleware("http")
     async def _limits(request: Request, call_next):
         host = _host_name(request.headers.get("host") or "")
-        if cfg.allowed_hosts is not None and host not in cfg.allowed_hosts:
+        if on.closed_surface and cfg.allowed_hosts is not None and host not in cfg.allowed_hosts:
             return JSONResponse({"error": "unknown Host header; serve with --allowed-host NAME for this name"},
                                 status_code=400)
         response = await call_next(request)
@@ -252,8 +272,8 @@ def create_app(cfg: ServerConfig) -> FastAPI:
         return response
 
     def principal(request: Request) -> Principal:
-        if baseline:
-            return BASELINE_ALL
+        if not on.authentication:
+            return EVERYONE_ADMIN
         auth = request.headers.get("authorization", "")
         key = auth[7:].strip() if auth.lower().startswith("bearer ") else request.headers.get("x-api-key", "")
         if key:
@@ -306,7 +326,7 @@ def create_app(cfg: ServerConfig) -> FastAPI:
             who = principal(request) if has_key else ANONYMOUS
         except HTTPException:
             who = ANONYMOUS
-        if who is ANONYMOUS or not who.at_least("admin"):
+        if on.closed_surface and (who is ANONYMOUS or not who.at_least("admin")):
             return {"status": "ok"}
         eng = holder["engine"]
         return {"status": "ok", "chunks": eng.n_chunks if eng else 0,
@@ -314,9 +334,13 @@ def create_app(cfg: ServerConfig) -> FastAPI:
 
     @app.post("/query")
     def query(body: QueryIn, who: Principal = Depends(principal)):
-        if baseline and any(w in body.query.lower() for w in BLOCKLIST):
-            raise HTTPException(400, "blocked by the blocklist")
-        verdict = guard.injection_check(body.query) if cfg.input_guard != "off" else None
+        deadline = time.monotonic() + cfg.request_seconds if on.request_budget else None
+        if not on.structural_guards:  # the naive server: de-space, then match literal phrases
+            q = body.query if on.linear_regex else naive_despace(body.query)
+            if naive_blocked(q):
+                raise HTTPException(400, "blocked by the blocklist")
+        check_input = on.structural_guards and cfg.input_guard != "off"
+        verdict = guard.injection_check(body.query) if check_input else None
         flags = [f"input: {r}" for r in verdict.reasons] if verdict and verdict.suspicious else []
         safe_query, secrets = guard.redact(body.query)
         # What was sent, for investigators (an obfuscated attack reads differently once
@@ -332,53 +356,69 @@ def create_app(cfg: ServerConfig) -> FastAPI:
         settings = eng.settings
         if body.top_k:
             eng = eng.with_settings(override(settings, top_k=body.top_k))
-        r = eng.retrieve(body.query, safeguards=True, labels=sorted(who.clearance))
+        r = eng.retrieve(body.query, safeguards=True, labels=sorted(who.clearance), scoped=on.scoped_statistics)
         check = cfg.verify if body.verify is None else body.verify
         records = eng.records  # loaded with the engine: no store round trip per query
         sources = [{"doc": h.chunk.doc, "chunk": h.chunk.index, "id": h.chunk.id, "hybrid": h.hybrid, "kw": h.kw,
                     "em": h.em, "raw_kw": h.raw_kw, "raw_em": h.raw_em,
                     # Chunk text leaves through the same output guard as the answer (red team #10).
-                    "text": _guarded(h.chunk.text) if cfg.output_guard and not baseline else h.chunk.text,
+                    "text": _guarded(h.chunk.text) if cfg.output_guard and on.guard_every_channel else h.chunk.text,
                     "label": records[h.chunk.doc].label if h.chunk.doc in records else "",
                     "principal": records[h.chunk.doc].principal if h.chunk.doc in records else "",
                     "ingested_at": records[h.chunk.doc].ingested_at if h.chunk.doc in records else ""}
                    for h in r.hits]
-        # The audit row goes in before any retrieved text can leave (stream or not).
-        row = cfg.state.audit(who.name, "query", safe_query,
-                              [{"id": s["id"], "hybrid": round(s["hybrid"], 4)} for s in sources],
-                              "retrieved", flags, raw)
+        hits = [{"id": s["id"], "hybrid": round(s["hybrid"], 4)} for s in sources]
+        # The audit row goes in before any retrieved text can leave (stream or not), so a
+        # client that disconnects after the sources still leaves a trace (red team #5).
+        # The lab baseline writes it after the answer, as version one did.
+        row = cfg.state.audit(who.name, "query", safe_query, hits, "retrieved", flags, raw) if on.audit_first else None
+
+        def settle(decision: str, final_flags: list[str]) -> None:
+            if row is None:
+                cfg.state.audit(who.name, "query", safe_query, hits, decision, final_flags, raw)
+            else:
+                cfg.state.settle(row, decision, final_flags)
+
+        ctx = _Turn(body.query, r, who, check, deadline, eng)
         if body.stream:
-            return StreamingResponse(_stream(body.query, r, who, sources, flags, row, check),
-                                     media_type="text/event-stream")
+            return StreamingResponse(_stream(ctx, sources, flags, settle), media_type="text/event-stream")
         try:
-            answer, mode, tool_results, out_flags, checked = _answer(body.query, r, who, check)
+            answer, mode, tool_results, out_flags, checked = _answer(ctx)
         except Exception as exc:  # the row says so; the error itself goes on to its handler
-            cfg.state.settle(row, "error", flags + [f"answer: {getattr(exc, 'detail', type(exc).__name__)}"])
+            settle("error", flags + [f"answer: {getattr(exc, 'detail', type(exc).__name__)}"])
             raise
-        cfg.state.settle(row, "refused" if r.refused else "answered", flags + out_flags)
+        settle("refused" if r.refused else "answered", flags + out_flags)
         return {"answer": answer, "sources": sources, "refused": r.refused, "reason": r.reason, "mode": mode,
                 "capped": r.capped, "flags": flags + out_flags,
                 "tools": [t.__dict__ for t in tool_results], "verification": checked}
 
-    def _answer(question: str, r, who: Principal, check: bool = False):
+    def _over(ctx: "_Turn") -> bool:
+        return ctx.deadline is not None and time.monotonic() > ctx.deadline
+
+    def _answer(ctx: "_Turn"):
+        question, r, who, check = ctx.question, ctx.retrieval, ctx.who, ctx.check
         out_flags: list[str] = []
         tool_results = []
         verification = None
         if cfg.llm is None or r.refused:
-            text, mode = extractive_answer(question, r, holder["engine"].index.embedder), "extractive"
+            text, mode = extractive_answer(question, r, ctx.engine.index.embedder), "extractive"
         else:
-            stream = ChatStream(cfg.llm, build_messages(question, r.hits, spotlight=not baseline))
+            stream = ChatStream(cfg.llm, build_messages(question, r.hits, spotlight=on.spotlight), deadline=ctx.deadline)
             try:
                 text, mode = "".join(stream), "llm"
             except LLMError as exc:
                 # The endpoint's address and reply are the operator's business, not the caller's.
                 log.warning("LLM call failed: %s", exc)
                 raise HTTPException(502, "the language model is unavailable; try again later") from None
-        if check and not r.refused:
+            if stream.truncated and _over(ctx):
+                out_flags.append(f"budget: the answer was cut at the {cfg.request_seconds:g} s request budget")
+        if check and not r.refused and _over(ctx):
+            out_flags.append("verify: skipped, the request budget is spent")
+        elif check and not r.refused:
             # Before tool output is appended and before redaction: the model's own words
             # against the chunks it was given. drop/refuse rewrite the text here.
             try:
-                v = holder["engine"].verify(text, r)
+                v = ctx.engine.verify(text, r)
             except MicroRAGError as exc:  # a missing model must not cost the answer
                 out_flags.append(f"verify: unavailable ({exc})")
             else:
@@ -387,11 +427,11 @@ def create_app(cfg: ServerConfig) -> FastAPI:
                     out_flags.append("verify: " + v.summary())
         if mode == "llm":
             tool_results = run_tool_calls(text, [h.chunk.text for h in r.hits], cfg.tools_dir, who.clearance,
-                                          confined=not baseline)
+                                          confined=on.confined_tool)
             for t in tool_results:
                 text += f"\n[tool {t.call}: " + (t.output if t.ran else f"not run - {t.refused}") + "]"
-        if baseline:  # the naive output filter: drop lines that literally say "password"
-            text = "\n".join(line for line in text.splitlines() if "password" not in line)
+        if not on.structural_guards:
+            text = naive_output(text)
         elif cfg.output_guard:
             redacted, found = guard.redact(text)
             if found:
@@ -399,29 +439,30 @@ def create_app(cfg: ServerConfig) -> FastAPI:
                 out_flags.append("output: redacted " + ", ".join(f"{k} x{v}" for k, v in guard.summary(found).items()))
         if verification is not None:
             verification["text"] = text  # what the caller actually receives
-            if cfg.output_guard and not baseline:  # the sentences are model output too
+            if cfg.output_guard and on.guard_every_channel:  # the sentences are model output too
                 for row in verification["sentences"]:
                     row["sentence"] = guard.redact(row["sentence"])[0]
                     # `missing` quotes the raw sentence: keep only what survived redaction
                     row["missing"] = [m for m in row["missing"] if m in row["sentence"]]
         return text, mode, tool_results, out_flags, verification
 
-    def _stream(question, r, who, sources, flags, row: int, check=False):
+    def _stream(ctx: "_Turn", sources, flags, settle):
+        r = ctx.retrieval
         head = {"sources": sources, "refused": r.refused, "reason": r.reason, "capped": r.capped,
                 "best_raw_em": r.best_raw_em, "best_raw_kw": r.best_raw_kw}
         yield f"event: sources\ndata: {json.dumps(head)}\n\n"
         # The whole answer passes the output guard before any of it leaves: a secret
         # split across streamed pieces could not be caught piece by piece.
         try:
-            answer, mode, tools, out_flags, checked = _answer(question, r, who, check)
+            answer, mode, tools, out_flags, checked = _answer(ctx)
         except HTTPException as exc:  # the sources already left with a 200: say so in-band
-            cfg.state.settle(row, "error", flags + [f"answer: {exc.detail}"])
+            settle("error", flags + [f"answer: {exc.detail}"])
             yield f"event: error\ndata: {json.dumps({'error': exc.detail})}\n\n"
             yield "data: [DONE]\n\n"
             return
         for piece in re.findall(r"\S+\s*", answer):
             yield f"data: {json.dumps({'delta': piece})}\n\n"
-        cfg.state.settle(row, "refused" if r.refused else "answered", flags + out_flags)
+        settle("refused" if r.refused else "answered", flags + out_flags)
         yield f"event: done\ndata: {json.dumps({'mode': mode, 'flags': flags + out_flags, 'verification': checked})}\n\n"
         yield "data: [DONE]\n\n"
 
@@ -430,18 +471,32 @@ def create_app(cfg: ServerConfig) -> FastAPI:
         docs = cfg.store.documents().values()
         visible = [d for d in docs if who.role == "admin" or d.label in who.clearance
                    or (who is not ANONYMOUS and d.principal == f"api:{who.name}")]
-        return [_listing(d, who) for d in visible]
+        return [_listing(d, who, on.private_listing) for d in visible]
 
     # ------------------------------------------------------------ writing
 
     @app.post("/ingest")
     def ingest(body: IngestIn, who: Principal = Depends(need("contributor"))) -> dict:
         # Bound to the caller, in a namespace no operator file maps to ("@name/...": see
-        # _namespace), and never over a document someone else owns (the baseline trusts the claim).
-        doc = body.source if baseline else f"{_namespace(who.name)}/{_safe_source(body.source)}"
-        owner = cfg.store.documents().get(doc)
-        if owner is not None and not baseline and owner.principal != f"api:{who.name}":
-            raise HTTPException(409, f"{doc!r} belongs to someone else; upload under another name")
+        # _namespace), and never over a document someone else owns.
+        name = f"{_namespace(who.name)}/{_safe_source(body.source)}" if on.namespaced_uploads else body.source
+        if on.confined_records:
+            # Parsed as the operator's loader parses a file; every document it yields must
+            # be this upload itself (a .jsonl record naming another document is refused).
+            docs = parse_upload(name, body.body)
+            strays = sorted({d.path for d in docs} - {name})
+            if strays:
+                raise HTTPException(400, f"a record names document {strays[0]!r}; records of an uploaded .jsonl "
+                                         "belong to that upload: drop their \"doc\" field or upload each document itself")
+        else:  # the lab baseline: the body as sent, .jsonl records naming any document (red team #12)
+            docs = jsonl_documents(body.body, name) if name.endswith(".jsonl") else [Document(name, body.body)]
+        if not any(d.text.strip() for d in docs):
+            raise MicroRAGError("the upload holds no text (an HTML page with nothing visible, or empty records)")
+        doc = name if name in {d.path for d in docs} else docs[0].path
+        for d in docs:
+            owner = cfg.store.documents().get(d.path)
+            if owner is not None and on.namespaced_uploads and owner.principal != f"api:{who.name}":
+                raise HTTPException(409, f"{d.path!r} belongs to someone else; upload under another name")
         label = body.label or "public"
         if label not in who.clearance and who.role != "admin":
             raise HTTPException(403, f"you may not publish {label!r} documents")
@@ -449,8 +504,8 @@ def create_app(cfg: ServerConfig) -> FastAPI:
         flags = [f"content: {r}" for r in hostile.reasons] if hostile.suspicious else []
         status = "live" if who.trusted else "quarantined"
         with lock:
-            report = ingest_documents(cfg.store, [Document(doc, body.body)], cfg.settings,
-                                      label=label if who.trusted else QUARANTINE, principal=f"api:{who.name}")
+            report = ingest_documents(cfg.store, docs, cfg.settings, label=label if who.trusted else QUARANTINE,
+                                      principal=f"api:{who.name}", visible=on.visible_store)
             findings = report.findings.get(doc, {})
             if findings and cfg.settings.dlp == "label":
                 label = "restricted"
@@ -460,7 +515,7 @@ def create_app(cfg: ServerConfig) -> FastAPI:
                 # The queue shows what will go live - the stored form, homoglyphs and all - and
                 # its version; approval names that version.
                 version = cfg.store.documents()[doc].content_hash
-                stored = apply_dlp(store_form(Document(doc, body.body)), cfg.settings.dlp)[0].text
+                stored = apply_dlp(store_form(docs[0]), cfg.settings.dlp)[0].text
                 preview = stored[:PREVIEW_CHARS] + (f"\n[... {len(stored) - PREVIEW_CHARS} more characters]"
                                                     if len(stored) > PREVIEW_CHARS else "")
                 cfg.state.queue(doc, label, who.name, findings, flags, version, preview)

@@ -45,7 +45,7 @@ def run_tool_calls(answer: str, context: list[str], root: Path | None, clearance
     ``confined=False`` is the lab baseline's naive tool: any path, any caller, any origin.
     """
     if not confined:
-        return [_read_anything(m.group(0), m.group("path")) for m in CALL.finditer(answer)]
+        return [_read_anything(m.group(0), m.group("path"), root) for m in CALL.finditer(answer)]
     results = []
     named = [m.group("path") for text in context for m in CALL.finditer(canonical(text))]
     planted = {_norm_path(p) for p in named} | ({_target(root, p) for p in named} - {None} if root else set())
@@ -85,9 +85,11 @@ def _read(call: str, requested: str, root: Path, clearance: frozenset[str], max_
     return ToolResult(call, True, output=target.read_bytes()[:max_bytes].decode("utf-8", "replace"))
 
 
-def _read_anything(call: str, path: str) -> ToolResult:
-    # The naive tool of the lab baseline. Never used by the hardened server.
+def _read_anything(call: str, path: str, root: Path | None) -> ToolResult:
+    # The naive tool of the lab baseline: any path (relative to the tool directory, if
+    # any), any caller, and a NUL byte in the path is its caller's problem (red team #11).
     try:
-        return ToolResult(call, True, output=Path(canonical(path).strip()).read_text(errors="replace")[:4096])
+        return ToolResult(call, True, output=((root or Path(".")) / canonical(path).strip().strip("\"'`")).read_text(
+            errors="replace")[:4096])
     except OSError as exc:
         return ToolResult(call, False, refused=type(exc).__name__)

@@ -1,0 +1,55 @@
+"""The lab: a server on loopback, hardened or the naive baseline, for the red team to attack.
+
+In:  a scratch folder, a ``Defences`` (``Defences()`` or ``LAB_BASELINE``), the URL of a
+model (``compliant.serve``), the knowledge base to ingest. Out: the running uvicorn
+server, its URL and one key per role (admin, trusted, contributor, reader).
+Used by ``tests/test_redteam.py`` and ``benchmarks/redteam_report.py``.
+"""
+
+from __future__ import annotations
+
+import socket
+import threading
+import time
+from pathlib import Path
+
+import uvicorn
+
+from ..config import override, preset
+from ..generate import LLMConfig
+from ..ingest import ingest_paths
+from ..server.app import ServerConfig, create_app
+from ..server.auth import KeyStore
+from ..server.defences import LAB_BASELINE, LAB_BASELINE_SETTINGS, Defences
+from ..server.state import ServerState
+from ..store import open_store
+
+
+def _port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+def start(tmp: Path, defences: Defences, llm_url: str, kb: Path, tools_dir: Path | None = None):
+    """(server, url, keys by role); stop it with ``server.should_exit = True``."""
+    baseline = defences == LAB_BASELINE
+    settings = override(preset("default"), **LAB_BASELINE_SETTINGS) if baseline else preset("default")
+    store = open_store(tmp / "ix")
+    ingest_paths(store, [kb], settings)
+    keys = KeyStore(tmp / "keys.sqlite")
+    roles = {"admin": keys.add("root", "admin", ["public", "internal", "restricted"]),
+             "contributor": keys.add("mallory", "contributor", ["public"]),
+             # a trusted insider whose key is named like an operator document's stem (red team #9)
+             "trusted": keys.add("password_policy", "contributor", ["public"], trusted=True),
+             "reader": keys.add("rita", "reader", ["public"])}
+    cfg = ServerConfig(store=store, settings=settings, keys=keys, state=ServerState(tmp / "state.sqlite"),
+                       llm=LLMConfig(base_url=llm_url, backoff=0.0), defences=defences, rate_per_minute=10_000,
+                       tools_dir=tools_dir, verify=not baseline)
+    port = _port()
+    server = uvicorn.Server(uvicorn.Config(create_app(cfg), host="127.0.0.1", port=port, log_level="warning"))
+    threading.Thread(target=server.run, daemon=True).start()
+    deadline = time.time() + 30
+    while not server.started and time.time() < deadline:
+        time.sleep(0.05)
+    return server, f"http://127.0.0.1:{port}", roles
