@@ -8,6 +8,7 @@ import signal
 import subprocess
 import sys
 import threading
+import time
 from pathlib import Path
 
 import numpy as np
@@ -255,11 +256,16 @@ def _swap(corpus: Path, files: dict[str, str]) -> None:
 def test_sigkill_during_ingest_never_corrupts(tmp_path, location):
     a, b = _corpus_versions(tmp_path)
     corpus, index = tmp_path / "docs", location
-    states = {}
-    for name, files in (("B", b), ("A", a)):  # learn the exact committed states
+    states, took = {}, []
+    for name, files in (("B", b), ("A", a)):  # learn the exact committed states, and how long a run takes
         _swap(corpus, files)
+        t0 = time.monotonic()
         subprocess.run(_ingest_cmd(index, corpus), check=True, cwd=ROOT)
+        took.append(time.monotonic() - t0)
         states[name] = _hashes(_open(index))
+    # Kill times spread over this machine's own run time (a fixed window let fast
+    # machines finish most runs and kill too few), a little past it so some complete.
+    window = 1.2 * min(took)
     rng = random.Random(1234)
     current = "A"
     kills = 0
@@ -268,7 +274,7 @@ def test_sigkill_during_ingest_never_corrupts(tmp_path, location):
         _swap(corpus, b if target == "B" else a)
         proc = subprocess.Popen(_ingest_cmd(index, corpus), cwd=ROOT)
         try:
-            proc.wait(timeout=rng.uniform(0.05, 1.6))
+            proc.wait(timeout=rng.uniform(0.05, window))
         except subprocess.TimeoutExpired:
             proc.send_signal(signal.SIGKILL)
             proc.wait()
@@ -420,3 +426,61 @@ def test_a_jsonl_record_cannot_take_over_another_files_document(tmp_path):
     assert "claims document 'hr/salaries.md'" in proc.stderr and len(proc.stderr.strip().splitlines()) == 1
     store = open_store(ix)
     assert store.documents()["hr/salaries.md"].label == "restricted"
+
+
+@needs_pg
+def test_postgres_statistics_see_only_what_the_caller_may_read(tmp_path):
+    """Red team #3 on the database path: a quarantined upload stuffed with "vpn connect"
+    must not move a reader's keyword scores at all, and a restricted document must not
+    move their IDF or coverage (lengths share one corpus-wide mean: SECURITY.md)."""
+    live = {"vpn.md": "To connect to the VPN open GlobalProtect. " * 3, "wifi.md": "Guest wifi password at reception. " * 3}
+    secret = {"secret.md": "---\nlabel: restricted\n---\nThe vpn root password is kiwi-42. " * 3}
+    stuffed = {"stuffed.md": "---\nlabel: _quarantine\n---\n" + "vpn connect " * 200}
+    settings = override(SEED, keyword="bm25")
+    stores = {name: _pg_store() for name in ("all", "no_upload", "public_only")}
+    try:
+        for name, files in (("all", {**live, **secret, **stuffed}), ("no_upload", {**live, **secret}),
+                            ("public_only", live)):
+            ingest_paths(stores[name], [write(tmp_path / name, files)], settings)
+        both, alone = stores["all"], stores["no_upload"]
+        qvec = Engine.from_store(alone, settings, remote=False).index.embedder.embed(["vpn connect"])[0]
+        for q in ("vpn connect", "root password kiwi-42"):
+            got, got_ceiling = both.search(q, qvec, ["public"], n=100)
+            want, want_ceiling = alone.search(q, qvec, ["public"], n=100)
+            assert {c.id: kw for c, kw, _ in got} == pytest.approx({c.id: kw for c, kw, _ in want}, rel=1e-6)
+            assert got_ceiling == pytest.approx(stores["public_only"].search(q, qvec, ["public"], n=100)[1], rel=1e-9)
+        # An admin's search does count the restricted document's words.
+        _, admin_ceiling = both.search("root password kiwi-42", qvec, ["public", "restricted"], n=100)
+        assert admin_ceiling != pytest.approx(got_ceiling)
+        # Relabelling moves the document's statistics with it, and check() agrees.
+        both.relabel("secret.md", "public")
+        assert both.check() == []
+        assert both.search("root password kiwi-42", qvec, ["public"], n=100)[1] == pytest.approx(admin_ceiling)
+        both.relabel("stuffed.md", "public")  # approval: the long upload now counts in the mean length
+        assert both.check() == []
+        assert float(both.meta()["avgdl"]) > float(alone.meta()["avgdl"])
+    finally:
+        for s in stores.values():
+            s.drop()
+            s.close()
+
+
+@needs_pg
+def test_postgres_store_with_global_statistics_is_rebuilt_per_label(tmp_path):
+    """A schema written before per-label statistics (one df per term) is migrated on open."""
+    from microrag_engine.store.postgres import PostgresStore
+
+    store = _pg_store()
+    try:
+        ingest_paths(store, [write(tmp_path / "docs", {**CORPUS})], SEED)
+        with store.conn.transaction():
+            store._x("DROP TABLE term_df")
+            store._x("DROP TABLE label_stats")
+            store._x("CREATE TABLE term_df (term BIGINT PRIMARY KEY, df INTEGER NOT NULL)")
+            store._x("INSERT INTO term_df SELECT term, count(*) FROM chunks, unnest(terms) term GROUP BY term")
+        reopened = PostgresStore(os.environ["MICRORAG_TEST_PG"], schema=store.schema)
+        assert reopened.check() == []
+        reopened.close()
+    finally:
+        store.drop()
+        store.close()

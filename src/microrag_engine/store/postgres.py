@@ -85,10 +85,10 @@ class PostgresStore(Store):
         self._x("""CREATE TABLE IF NOT EXISTS documents (
             doc TEXT PRIMARY KEY, content_hash TEXT NOT NULL, label TEXT NOT NULL, principal TEXT NOT NULL,
             origin TEXT NOT NULL, ingested_at TEXT NOT NULL, n_chunks INTEGER NOT NULL)""")
-        self._x("CREATE TABLE IF NOT EXISTS term_df (term BIGINT PRIMARY KEY, df INTEGER NOT NULL)")
         dim = self.meta().get("dim")
         if dim:
             self._create_chunks(int(dim))
+        self._create_statistics()
         version = self.meta().get("format_version")
         if version and int(version) != FORMAT_VERSION:
             raise MicroRAGError(f"schema {schema} has index format {version}; this microrag reads {FORMAT_VERSION}")
@@ -107,6 +107,25 @@ class PostgresStore(Store):
                 "WITH (m = 16, ef_construction = 100)")
         self._x("CREATE INDEX IF NOT EXISTS chunks_terms ON chunks USING gin (terms)")
         self._x("CREATE INDEX IF NOT EXISTS chunks_label ON chunks (label)")
+
+    def _create_statistics(self) -> None:
+        # Keyword statistics per label, so a search sums only what its caller may read
+        # (red team #3: hidden chunks must not move a reader's scores or coverage).
+        # Stores written before that kept one global df per term: rebuild from the chunks.
+        old = self._x("SELECT 1 FROM information_schema.columns WHERE table_schema = %s AND table_name = 'term_df' "
+                      "AND column_name = 'label'", (self.schema,)).fetchone() is None
+        exists = self._x("SELECT to_regclass(%s)", (f"{self.schema}.term_df",)).fetchone()[0] is not None
+        with self.lock, self.conn.transaction():
+            if exists and old:
+                self._x("DROP TABLE term_df")
+            self._x("""CREATE TABLE IF NOT EXISTS term_df (term BIGINT NOT NULL, label TEXT NOT NULL,
+                       df INTEGER NOT NULL, PRIMARY KEY (term, label))""")
+            self._x("""CREATE TABLE IF NOT EXISTS label_stats (label TEXT PRIMARY KEY, n INTEGER NOT NULL,
+                       total_dl BIGINT NOT NULL)""")
+            if exists and old and self.meta().get("dim"):
+                self._x("DELETE FROM label_stats")
+                self._x("INSERT INTO term_df SELECT term, label, count(*) FROM chunks, unnest(terms) term GROUP BY term, label")
+                self._x("INSERT INTO label_stats SELECT label, count(*), sum(dl) FROM chunks GROUP BY label")
 
     def drop(self) -> None:
         """Delete the whole schema (tests, or starting over)."""
@@ -152,18 +171,17 @@ class PostgresStore(Store):
             self._x("LOCK TABLE meta IN EXCLUSIVE MODE")
             gen = self.generation() + 1
             for doc in [*deletes, *(u.record.doc for u in updates)]:
-                self._forget_terms(doc)
+                self._count_terms(doc, -1)
                 self._x("DELETE FROM documents WHERE doc = %s", (doc,))
             stats = self._stats()
-            n_new = sum(len(u.chunks) for u in updates)
-            total_dl = stats["total_dl"]
+            n, total_dl = stats["n"], stats["total_dl"]
             prepared = []
             for u in updates:
                 for c in u.chunks:
                     tf = Counter(term_id(t) for t in bm25_tokens(c.text))
                     prepared.append((u, c, tf, sum(tf.values())))
-                    total_dl += sum(tf.values())
-            n = stats["n"] + n_new
+                    if not u.record.label.startswith("_"):
+                        n, total_dl = n + 1, total_dl + sum(tf.values())
             avgdl = total_dl / n if n else 1.0
             # New rows use the avgdl the stored rows were weighted with, so all scores agree.
             weighted_with = float(self.meta().get("avgdl") or 0) or avgdl
@@ -181,31 +199,47 @@ class PostgresStore(Store):
                 cur.executemany('INSERT INTO chunks (id, doc, idx, start, "end", text, text_hash, label, embedding, '
                                 "terms, tfs, dl, bm25) VALUES (%s,%s,%s,%s,%s,%s,%s,%s,%s::vector,%s,%s,%s,%s::sparsevec)",
                                 rows)
-                df = Counter(t for _, _, tf, _ in prepared for t in tf)
-                cur.executemany("INSERT INTO term_df VALUES (%s, %s) ON CONFLICT (term) DO UPDATE "
-                                "SET df = term_df.df + EXCLUDED.df", list(df.items()))
-            if n and abs(avgdl - weighted_with) / weighted_with > REWEIGHT_DRIFT:
-                self._reweight(avgdl)
-                weighted_with = avgdl
-            values = {**meta, "format_version": str(FORMAT_VERSION), "generation": str(gen), "avgdl": repr(weighted_with)}
+            for u in updates:
+                self._count_terms(u.record.doc, +1)
+            values = {**meta, "format_version": str(FORMAT_VERSION), "generation": str(gen),
+                      "avgdl": repr(self._settle_avgdl(weighted_with))}
             for k, v in values.items():
                 self._x("INSERT INTO meta VALUES (%s, %s) ON CONFLICT (key) DO UPDATE SET value = EXCLUDED.value",
                         (k, str(v)))
         return gen
 
+    def _settle_avgdl(self, weighted_with: float) -> float:
+        """The mean length the weights now use: re-weight every chunk once the live mean
+        drifts more than ``REWEIGHT_DRIFT`` from the one they were built with."""
+        stats = self._stats()
+        avgdl = stats["total_dl"] / stats["n"] if stats["n"] else weighted_with
+        if abs(avgdl - weighted_with) / weighted_with > REWEIGHT_DRIFT:
+            self._reweight(avgdl)
+            return avgdl
+        return weighted_with
+
     def _stats(self) -> dict[str, float]:
-        if not self.meta().get("dim"):
-            return {"n": 0, "total_dl": 0}
-        n, total = self._x("SELECT count(*), coalesce(sum(dl), 0) FROM chunks").fetchone()
+        # The mean chunk length every stored weight is normalised by. Reserved labels
+        # (content waiting for review) are left out, so an upload nobody approved cannot
+        # move a live document's score; restricted chunks count, as one corpus-wide mean.
+        n, total = self._x("SELECT coalesce(sum(n), 0), coalesce(sum(total_dl), 0) FROM label_stats "
+                           "WHERE left(label, 1) <> '_'").fetchone()
         return {"n": int(n), "total_dl": int(total)}
 
-    def _forget_terms(self, doc: str) -> None:
-        if not self.meta().get("dim"):
+    def _count_terms(self, doc: str, sign: int) -> None:
+        """Add (``sign=+1``) or take away (``-1``) ``doc``'s chunks in the per-label statistics."""
+        if self._x("SELECT to_regclass(%s)", (f"{self.schema}.chunks",)).fetchone()[0] is None:
             return
-        self._x("""UPDATE term_df t SET df = t.df - x.n FROM (
-                     SELECT term, count(*) AS n FROM chunks, unnest(terms) AS term WHERE doc = %s GROUP BY term) x
-                   WHERE t.term = x.term""", (doc,))
-        self._x("DELETE FROM term_df WHERE df <= 0")
+        self._x("""INSERT INTO term_df SELECT term, label, %s * count(*) FROM chunks, unnest(terms) term
+                   WHERE doc = %s GROUP BY term, label
+                   ON CONFLICT (term, label) DO UPDATE SET df = term_df.df + EXCLUDED.df""", (sign, doc))
+        self._x("""INSERT INTO label_stats SELECT label, %s * count(*), %s * sum(dl) FROM chunks WHERE doc = %s
+                   GROUP BY label ON CONFLICT (label) DO UPDATE
+                   SET n = label_stats.n + EXCLUDED.n, total_dl = label_stats.total_dl + EXCLUDED.total_dl""",
+                (sign, sign, doc))
+        if sign < 0:
+            self._x("DELETE FROM term_df WHERE df <= 0")
+            self._x("DELETE FROM label_stats WHERE n <= 0")
 
     def _reweight(self, avgdl: float) -> None:
         rows = self._x("SELECT id, terms, tfs, dl FROM chunks").fetchall()
@@ -220,6 +254,8 @@ class PostgresStore(Store):
                ef_search: int = 200) -> tuple[list[tuple[Chunk, float, float]], float]:
         """Candidates for ``query``: the union of the BM25 and the HNSW top-``n``
         (only chunks whose label is in ``labels``), each with BOTH raw leg scores.
+        IDF and the chunk count come from the same labels only; document lengths are
+        normalised by the corpus-wide mean the stored weights were built with.
 
         Returns ``([(chunk, raw bm25, raw cosine)] in corpus order, the query's BM25
         ceiling)`` - the ceiling (sum of IDF) lets the grounding gate read coverage.
@@ -229,8 +265,10 @@ class PostgresStore(Store):
         with self.lock, self.conn.transaction():
             self._x(f"SET LOCAL hnsw.ef_search = {int(ef_search)}")  # 200: recall@10 >= 0.98 in benchmarks/scale.py
             self._x("SET LOCAL hnsw.iterative_scan = relaxed_order")
-            n_chunks = self._stats()["n"]
-            dfs = dict(self._x("SELECT term, df FROM term_df WHERE term = ANY(%s::bigint[])", (terms,)).fetchall()) if terms else {}
+            n_chunks = int(self._x(f"SELECT coalesce(sum(n), 0) FROM label_stats WHERE true {label_sql}",
+                                   label_args).fetchone()[0])
+            dfs = dict(self._x(f"SELECT term, sum(df)::int FROM term_df WHERE term = ANY(%s::bigint[]) {label_sql} "
+                               "GROUP BY term HAVING sum(df) > 0", (terms, *label_args)).fetchall()) if terms else {}
             q_sparse = sparse_literal({t: bm25_idf(dfs[t], n_chunks) for t in terms if t in dfs})
             qv = vector_literal(qvec)
             ids = [r[0] for r in self._x(
@@ -253,18 +291,30 @@ class PostgresStore(Store):
             self._x("LOCK TABLE meta IN EXCLUSIVE MODE")
             if not self._x("UPDATE documents SET label = %s WHERE doc = %s", (label, doc)).rowcount:
                 raise MicroRAGError(f"no such document {doc!r}")
+            self._count_terms(doc, -1)
             self._x("UPDATE chunks SET label = %s WHERE doc = %s", (label, doc))
+            self._count_terms(doc, +1)
             gen = self.generation() + 1
             self._x("UPDATE meta SET value = %s WHERE key = 'generation'", (str(gen),))
+            # Approval moves a document out of quarantine into the mean length.
+            weighted_with = float(self.meta().get("avgdl") or 0)
+            if weighted_with:
+                self._x("UPDATE meta SET value = %s WHERE key = 'avgdl'", (repr(self._settle_avgdl(weighted_with)),))
         return gen
 
     def check(self) -> list[str]:
         problems = check_snapshot(self.snapshot())
         if self.meta().get("dim"):
-            bad = self._x("""SELECT count(*) FROM (SELECT term, count(*) AS n FROM chunks, unnest(terms) term GROUP BY term) x
-                             FULL JOIN term_df t USING (term) WHERE x.n IS DISTINCT FROM t.df""").fetchone()[0]
+            bad = self._x("""SELECT count(*) FROM (SELECT term, label, count(*) AS n FROM chunks, unnest(terms) term
+                             GROUP BY term, label) x FULL JOIN term_df t USING (term, label)
+                             WHERE x.n IS DISTINCT FROM t.df""").fetchone()[0]
             if bad:
                 problems.append(f"{bad} keyword document frequencies disagree with the chunks")
+            bad = self._x("""SELECT count(*) FROM (SELECT label, count(*) AS n, sum(dl) AS total_dl FROM chunks GROUP BY label) x
+                             FULL JOIN label_stats s USING (label)
+                             WHERE x.n IS DISTINCT FROM s.n OR x.total_dl IS DISTINCT FROM s.total_dl""").fetchone()[0]
+            if bad:
+                problems.append(f"{bad} labels' chunk counts disagree with the chunks")
             drift = self._x("SELECT count(*) FROM chunks c JOIN documents d USING (doc) WHERE c.label <> d.label").fetchone()[0]
             if drift:
                 problems.append(f"{drift} chunks carry a label that differs from their document's")
