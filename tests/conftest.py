@@ -2,9 +2,12 @@
 
 from __future__ import annotations
 
+import json
 import os
 import subprocess
 import sys
+import time
+from http.server import BaseHTTPRequestHandler
 from pathlib import Path
 
 import pytest
@@ -50,3 +53,21 @@ def seed_kb() -> Path:
     if not path.is_dir():
         pytest.skip(f"{path} is absent (the seed fixture from ../shared)")
     return path
+
+
+def stream_chat(h: BaseHTTPRequestHandler, pieces: list[str], gap_s: float = 0.0) -> None:
+    """Answer an OpenAI chat request with a stream of ``pieces``, ``gap_s`` seconds apart
+    (a slow or stuck model), stopping quietly when the client hangs up at its deadline."""
+    h.send_response(200)
+    h.send_header("Content-Type", "text/event-stream")
+    h.end_headers()
+    try:
+        for piece in pieces:
+            chunk = {"object": "chat.completion.chunk", "choices": [{"index": 0, "delta": {"content": piece}}]}
+            h.wfile.write(f"data: {json.dumps(chunk)}\n\n".encode())
+            h.wfile.flush()
+            time.sleep(gap_s)
+        h.wfile.write(b"data: [DONE]\n\n")
+    except OSError:
+        pass
+    h.close_connection = True

@@ -22,6 +22,8 @@ import pytest
 from microrag_engine.errors import LLMError, MicroRAGError
 from microrag_engine.generate import ChatStream, LLMConfig, chat, parse_sse_line
 
+from conftest import stream_chat
+
 KEY = "sk-test-SECRET-123"
 MESSAGES = [
     {"role": "system", "content": "Answer from the context."},
@@ -548,18 +550,7 @@ def slow_sse(pieces: int, gap_s: float) -> Responder:
     """A stream that sends one piece every ``gap_s`` seconds (a slow or stuck model)."""
 
     def respond(h: BaseHTTPRequestHandler) -> None:
-        h.send_response(200)
-        h.send_header("Content-Type", "text/event-stream")
-        h.end_headers()
-        try:
-            for i in range(pieces):
-                h.wfile.write(f"{_delta(content=f'p{i} ')}\n\n".encode())
-                h.wfile.flush()
-                time.sleep(gap_s)
-            h.wfile.write(b"data: [DONE]\n\n")
-        except OSError:  # the client hung up at its deadline
-            pass
-        h.close_connection = True
+        stream_chat(h, [f"p{i} " for i in range(pieces)], gap_s)
 
     return respond
 

@@ -26,7 +26,7 @@ from microrag_engine.server.auth import KeyStore  # noqa: E402
 from microrag_engine.server.state import ServerState  # noqa: E402
 from microrag_engine.store import open_store  # noqa: E402
 
-from conftest import needs_models  # noqa: E402
+from conftest import needs_models, stream_chat  # noqa: E402
 
 pytestmark = needs_models
 
@@ -345,18 +345,9 @@ class FakeLLM:
         class H(BaseHTTPRequestHandler):
             def do_POST(self):  # noqa: N802
                 self.rfile.read(int(self.headers.get("content-length", 0)))
-                self.send_response(200)
-                self.send_header("content-type", "text/event-stream")
-                self.end_headers()
-                try:  # word by word, gap_s apart (a slow model)
-                    for piece in outer.reply.split(" ") if gap_s else [outer.reply]:
-                        chunk = {"choices": [{"delta": {"content": piece + (" " if gap_s else "")}}]}
-                        self.wfile.write(f"data: {json.dumps(chunk)}\n\n".encode())
-                        self.wfile.flush()
-                        time.sleep(gap_s)
-                    self.wfile.write(b"data: [DONE]\n\n")
-                except OSError:  # the server hung up at its budget
-                    pass
+                # word by word, gap_s apart (a slow model)
+                words = outer.reply.split(" ") if gap_s else [outer.reply]
+                stream_chat(self, [w + (" " if gap_s else "") for w in words], gap_s)
 
             def log_message(self, *a):
                 pass

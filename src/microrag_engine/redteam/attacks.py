@@ -76,7 +76,8 @@ class Target:
             return r.text, f"HTTP {r.status_code}: {_err(r)}"
         body = r.json()
         why = body.get("reason") if body.get("refused") else ""
-        why = why or "; ".join(body.get("flags", []))
+        # Verification verdicts describe the answer, they stop nothing: not a defence.
+        why = why or "; ".join(f for f in body.get("flags", []) if not f.startswith("verify:"))
         for t in body.get("tools", []):
             if not t.get("ran"):
                 why = (why + "; " if why else "") + f"tool refused: {t.get('refused')}"
