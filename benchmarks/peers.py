@@ -34,8 +34,8 @@ LIVE_QUERIES = 100  # the live-embedding pass uses the first 100 queries
 
 
 def load():
-    from microrag_engine.evaluate import embed_cached, load_beir
-    from microrag_engine.index import make_embedder
+    from microrag_engine.eval.retrieval import embed_cached, load_beir
+    from microrag_engine.index.embed import make_embedder
 
     ds = load_beir(DATASET, "test")
     emb = make_embedder("minilm")
@@ -50,10 +50,11 @@ def load():
 
 
 def sys_microrag(ds, emb, vecs):
-    from microrag_engine import override, preset
-    from microrag_engine.chunk import Chunk
-    from microrag_engine.index import Index, make_keyword
+    from microrag_engine.config import override, preset
+    from microrag_engine.index import Index
+    from microrag_engine.index.keyword import make_keyword
     from microrag_engine.retrieve import retrieve
+    from microrag_engine.types import Chunk
 
     s = override(preset("default"), top_k=DEPTH, gate="none", max_per_source=0)
     chunks = [Chunk(d, d, 0, 0, len(t), t) for d, t in zip(ds.doc_ids, ds.texts)]
@@ -209,7 +210,7 @@ USES_VECTORS = {"microrag", "langchain", "llamaindex"}
 
 
 def main(name: str) -> None:
-    from microrag_engine.evaluate import measure
+    from microrag_engine.eval.retrieval import measure
 
     ds, emb, vecs, qids, qvecs = load()
     t = time.perf_counter()

@@ -30,13 +30,15 @@ from pathlib import Path
 
 import numpy as np
 
+sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "training"))  # dev-only tools: evaluate_nli
+
 ROOT = Path(__file__).resolve().parents[1]
 SHARED = ROOT.parent / "shared" / "datasets"
 SETS = ("mnli_m_gold", "snli_test", "healthver_test", "scitail_test")
 
 
 def pairs(limit: int) -> list[tuple[str, str]]:
-    from microrag_engine import evaluate_nli as ev
+    import evaluate_nli as ev
 
     out = []
     for name in SETS:
@@ -54,7 +56,7 @@ def cpu_flags() -> list[str]:
 
 
 def dump(folder: Path, out: Path, limit: int, onnx: Path | None, no_fusion: bool = False, numpy_ref: bool = False) -> None:
-    from microrag_engine.nli import CrossEncoder, _softmax
+    from microrag_engine.runtime.crossencoder import CrossEncoder, softmax
 
     if no_fusion:  # same weights, unfused kernels: another fp32 rounding path on this CPU
         _unfused_sessions()
@@ -71,11 +73,12 @@ def dump(folder: Path, out: Path, limit: int, onnx: Path | None, no_fusion: bool
 
             sys.path.insert(0, str(ROOT / "training"))
             from requantize import hf_weights
-            from microrag_engine.bert_numpy import NumpyBert
+
+            from microrag_engine.runtime.bert_numpy import NumpyBert
 
             graph = onnx_lib.load(str(folder / "model.onnx"))
             enc._forward = NumpyBert({"num_attention_heads": 12, "num_hidden_layers": 6}, hf_weights(graph))
-        probs = _softmax(enc.logits(pairs(limit)))
+        probs = softmax(enc.logits(pairs(limit)))
     out.parent.mkdir(parents=True, exist_ok=True)
     np.savez(out, probs=probs, meta=json.dumps({"model": str(onnx or folder), "limit": limit, "no_fusion": no_fusion, "numpy": numpy_ref, "cpu_flags": cpu_flags(),
                                                 "machine": platform.machine()}))
@@ -98,8 +101,8 @@ def _unfused_sessions() -> None:
 
 def eval_figures(no_fusion: bool) -> dict:
     """The default preset's SciFact and HotpotQA figures (as tests/test_eval.py computes them)."""
-    from microrag_engine import preset
-    from microrag_engine.evaluate import evaluate, load_dataset
+    from microrag_engine.config import preset
+    from microrag_engine.eval.retrieval import evaluate, load_dataset
 
     if no_fusion:
         _unfused_sessions()

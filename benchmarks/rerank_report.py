@@ -22,7 +22,7 @@ SHARED = HERE.parent.parent / "shared" / "datasets"
 
 
 def reranked_runs(ds, scorer, model, depth: int, weights: list[float]):
-    from microrag_engine.rerank import blend, relevance
+    from microrag_engine.retrieve.rerank import blend, relevance
 
     base = scorer.run("minmax", 0.4, depth=100)
     text = dict(zip(ds.doc_ids, ds.texts))
@@ -45,8 +45,8 @@ def reranked_runs(ds, scorer, model, depth: int, weights: list[float]):
 
 def main(argv: list[str] | None = None) -> int:
     from microrag_engine.config import PRESETS
-    from microrag_engine.evaluate import Dataset, Scorer, load_beir, load_hotpot, measure, recall_at
-    from microrag_engine.rerank import load_reranker
+    from microrag_engine.eval.retrieval import Dataset, Scorer, load_beir, load_hotpot, measure, recall_at
+    from microrag_engine.retrieve.rerank import load_reranker
 
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--depth", type=int, default=20)

@@ -50,8 +50,8 @@ def run_peers() -> list[dict]:
 
 
 def embed_rate() -> float:
-    from microrag_engine.evaluate import load_beir
-    from microrag_engine.index import make_embedder
+    from microrag_engine.eval.retrieval import load_beir
+    from microrag_engine.index.embed import make_embedder
 
     ds = load_beir(ROOT.parent / "shared" / "datasets" / "scifact", "test")
     emb = make_embedder("minilm")
@@ -64,15 +64,17 @@ def embed_rate() -> float:
 
 def scaling(sizes=(10_000, 100_000, 1_000_000), queries: int = 200) -> list[dict]:
     """microRAG query latency (retrieval only, query vectors precomputed) against corpus size."""
-    from microrag_engine import override, preset
-    from microrag_engine.chunk import Chunk
-    from microrag_engine.evaluate import load_beir
-    from microrag_engine.index import Index, make_keyword
-    from microrag_engine.pipeline import _maybe_ann
+    from microrag_engine.config import override, preset
+    from microrag_engine.engine import _maybe_ann
+    from microrag_engine.eval.retrieval import load_beir
+    from microrag_engine.index import Index
+    from microrag_engine.index.keyword import make_keyword
     from microrag_engine.retrieve import retrieve
+    from microrag_engine.types import Chunk
 
     sys.path.insert(0, str(ROOT / "benchmarks"))
-    from scale import clustered, queries as make_queries
+    from scale import clustered
+    from scale import queries as make_queries
 
     ds = load_beir(ROOT.parent / "shared" / "datasets" / "scifact", "test")
     vocab = sorted({w for t in ds.texts[:2000] for w in t.lower().split() if w.isalpha() and len(w) > 2})

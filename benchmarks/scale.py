@@ -91,7 +91,7 @@ def bench_numpy(x, qs, mask, truth, truth_f):
 
 
 def bench_faiss(x, qs, mask, truth, truth_f):
-    from microrag_engine.ann import HNSW
+    from microrag_engine.index.ann import HNSW
 
     before = rss_mb()
     t = time.perf_counter()
@@ -112,6 +112,7 @@ def bench_faiss(x, qs, mask, truth, truth_f):
 
 def bench_pg(uri, x, qs, mask, truth, truth_f):
     import psycopg
+
     from microrag_engine.store.postgres import vector_literal
 
     conn = psycopg.connect(uri, autocommit=True)

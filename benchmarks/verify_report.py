@@ -17,6 +17,8 @@ import sys
 import time
 from pathlib import Path
 
+sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "training"))  # dev-only tools: evaluate_nli
+
 HERE = Path(__file__).resolve().parent
 SHARED = HERE.parent.parent / "shared" / "datasets"
 SAMPLE = 200
@@ -32,9 +34,11 @@ ANSWER = ("Full-time staff get 20 paid vacation days a year in their first three
 
 def timings(nli_spec: str = "shipped") -> dict:
     from microrag_engine.config import PRESETS
-    from microrag_engine.nli import CrossEncoder, NLIModel, shipped_dir
-    from microrag_engine.pipeline import Engine, demo_corpus
+    from microrag_engine.engine import Engine, demo_corpus
+    from microrag_engine.runtime.crossencoder import CrossEncoder
+    from microrag_engine.runtime.onnx import shipped_dir
     from microrag_engine.verify import verify
+    from microrag_engine.verify.nli import NLIModel
 
     t = time.perf_counter()
     nli = NLIModel(CrossEncoder(shipped_dir("nli")))
@@ -88,10 +92,11 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--write", action="store_true", help="refresh benchmarks/expected/nli*.json")
     ap.add_argument("--limit", type=int, default=None, help="sample each set (quick look)")
     args = ap.parse_args(argv)
-    from microrag_engine import evaluate_nli as ev
+    import evaluate_nli as ev
+
     from microrag_engine.config import PRESETS
-    from microrag_engine.nli import load_nli
-    from microrag_engine.pipeline import Engine, demo_corpus
+    from microrag_engine.engine import Engine, demo_corpus
+    from microrag_engine.verify.nli import load_nli
 
     nli = load_nli("shipped")
     engine = Engine.from_paths([demo_corpus()], PRESETS["default"])

@@ -13,6 +13,9 @@ from pathlib import Path
 import pytest
 
 ROOT = Path(__file__).resolve().parents[1]
+# Dev-only tools (perturbations, NLI evaluation) live beside the package, not in the wheel.
+TRAINING = ROOT / "training"
+sys.path.insert(0, str(TRAINING))
 # ../shared (fixtures, datasets) sits beside the checkout in our workspace; a user's
 # `pip install .[dev]` + pytest has none. MICRORAG_SHARED points elsewhere (or nowhere).
 SHARED = Path(os.environ.get("MICRORAG_SHARED", ROOT.parent / "shared"))
@@ -22,9 +25,10 @@ needs_shared = pytest.mark.skipif(not FIXTURES.is_dir(), reason=f"{SHARED} (fixt
 
 def _has_models() -> bool:
     try:
-        from microrag_engine.index import _minilm_files
         import onnxruntime  # noqa: F401
         import tokenizers  # noqa: F401
+
+        from microrag_engine.index.embed import _minilm_files
 
         _minilm_files()
         return True

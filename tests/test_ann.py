@@ -7,12 +7,12 @@ import random
 import numpy as np
 import pytest
 
-from microrag_engine import override, preset
-from microrag_engine.ann import top_n
-from microrag_engine.chunk import Chunk
+from microrag_engine.config import override, preset
+from microrag_engine.engine import _maybe_ann
 from microrag_engine.index import build_index
-from microrag_engine.pipeline import _maybe_ann
+from microrag_engine.index.ann import top_n
 from microrag_engine.retrieve import retrieve
+from microrag_engine.types import Chunk
 
 faiss = pytest.importorskip("faiss", reason="faiss-cpu not installed (extra 'ann')")
 

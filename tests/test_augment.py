@@ -3,8 +3,7 @@
 from __future__ import annotations
 
 from microrag_engine.augment import build_messages
-from microrag_engine.chunk import Chunk
-from microrag_engine.retrieve import Hit
+from microrag_engine.types import Chunk, Hit
 
 
 def _hit(doc, k, text):

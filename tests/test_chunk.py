@@ -6,10 +6,14 @@ import json
 import logging
 
 import pytest
-from hypothesis import given, settings as hsettings, strategies as st
+from hypothesis import given
+from hypothesis import settings as hsettings
+from hypothesis import strategies as st
 
-from microrag_engine.chunk import approx_tokens, chunk_chars, chunk_documents, chunk_sentences, load_documents, sentence_spans
+from microrag_engine.chunk import chunk_chars, chunk_documents, chunk_sentences
 from microrag_engine.errors import CorpusError
+from microrag_engine.load import load_documents
+from microrag_engine.text import approx_tokens, sentence_spans
 
 
 def make_pdf(text: str) -> bytes:
@@ -168,7 +172,7 @@ def _pdf(path, pages: list[list[str]], raw: list[bytes] | None = None) -> None:
 
 
 def test_pdf_pages_over_the_limits_are_skipped_or_cut(tmp_path, monkeypatch, caplog):
-    import microrag_engine.chunk as C
+    import microrag_engine.load as C
 
     monkeypatch.setattr(C, "MAX_PDF_PAGE_CHARS", 2_000)
     monkeypatch.setattr(C, "MAX_PDF_PAGE_BYTES", 200_000)

@@ -6,10 +6,9 @@ import json
 
 import pytest
 
-from microrag_engine import preset
-from microrag_engine.pipeline import Engine, demo_corpus
-
 from conftest import FIXTURES, needs_models, needs_shared, run_cli
+from microrag_engine.config import preset
+from microrag_engine.engine import Engine, demo_corpus
 
 # (question, the one document that answers it) - written with the demo handbook.
 DEMO_QA = [

@@ -12,10 +12,9 @@ import json
 import numpy as np
 import pytest
 
-from microrag_engine import preset
-from microrag_engine.evaluate import Dataset, evaluate, load_dataset, measure, recall_at
-
 from conftest import ROOT, SHARED, needs_models, needs_shared
+from microrag_engine.config import preset
+from microrag_engine.eval.retrieval import Dataset, evaluate, load_dataset, measure, recall_at
 
 EXPECTED = ROOT / "benchmarks" / "expected"
 CASES = [("scifact", "test", "scifact-corpus.minilm.npz"), ("hotpotqa-100", "test", "hotpotqa-100.minilm.npz")]
@@ -54,7 +53,7 @@ def test_default_preset_scores_do_not_move(name, split, cache):
 
 
 def _cache_matches_live_embedder(ds: Dataset, cache_path) -> None:
-    from microrag_engine.index import make_embedder
+    from microrag_engine.index.embed import make_embedder
 
     with np.load(cache_path) as z:
         cached = z["vectors"].astype(np.float32)

@@ -27,10 +27,11 @@ def _flat(d: dict, prefix: str = "") -> dict[str, float]:
 @needs_models
 @needs_shared
 def test_sample_figures_reproduce():
-    from microrag_engine import evaluate_nli as ev
+    import evaluate_nli as ev
+
     from microrag_engine.config import PRESETS
-    from microrag_engine.nli import load_nli
-    from microrag_engine.pipeline import Engine, demo_corpus
+    from microrag_engine.engine import Engine, demo_corpus
+    from microrag_engine.verify.nli import load_nli
 
     expected = json.loads((EXPECTED / "nli-sample.json").read_text())
     engine = Engine.from_paths([demo_corpus()], PRESETS["default"])
@@ -50,7 +51,7 @@ def test_readme_table_matches_the_recorded_figures():
 
 @needs_shared
 def test_calibration_never_reads_a_reported_set():
-    from microrag_engine import evaluate_nli as ev
+    import evaluate_nli as ev
 
     claims_train = {s for _, s, _ in ev.scifact_items(SHARED / "datasets", "train")}
     claims_test = {s for _, s, _ in ev.scifact_items(SHARED / "datasets", "test")}

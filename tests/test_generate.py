@@ -19,10 +19,9 @@ from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 
 import pytest
 
-from microrag_engine.errors import LLMError, MicroRAGError
-from microrag_engine.generate import ChatStream, LLMConfig, chat, parse_sse_line
-
 from conftest import stream_chat
+from microrag_engine.errors import LLMError, MicroRAGError
+from microrag_engine.runtime.llm import ChatStream, LLMConfig, chat, parse_sse_line
 
 KEY = "sk-test-SECRET-123"
 MESSAGES = [

@@ -7,10 +7,9 @@ import codecs
 
 import pytest
 
+from conftest import FIXTURES, needs_shared, run_cli
 from microrag_engine import guard
 from microrag_engine.guard import canonical, entropy, injection_check, redact, scan, summary
-
-from conftest import FIXTURES, needs_shared, run_cli
 
 
 @pytest.mark.parametrize("raw,canon", [
@@ -183,8 +182,8 @@ def test_hidden_or_lookalike_injections_are_flagged(text):
 
 
 def test_stored_text_is_what_the_checks_read():
-    from microrag_engine.chunk import Document
     from microrag_engine.ingest import store_form
+    from microrag_engine.types import Document
 
     doc = store_form(Document("menu.md", "Lunch menu\ufe0f for Friday." + TAGGED))
     assert doc.text == "Lunch menu for Friday."  # the hidden instruction does not reach the model

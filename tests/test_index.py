@@ -9,10 +9,11 @@ from collections import Counter
 import numpy as np
 import pytest
 
-from microrag_engine.index import BM25Scorer, HashEmbedder, TfidfScorer, bm25_tokens, make_embedder, make_keyword, seed_tokens
-from microrag_engine.errors import ConfigError
-
 from conftest import needs_models
+from microrag_engine.errors import ConfigError
+from microrag_engine.index.embed import HashEmbedder, make_embedder
+from microrag_engine.index.keyword import BM25Scorer, TfidfScorer, make_keyword
+from microrag_engine.text import bm25_tokens, seed_tokens
 
 DOCS = [
     "Reset your password with Okta. Password resets need MFA.",

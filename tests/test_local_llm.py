@@ -14,9 +14,8 @@ import time
 import httpx
 import pytest
 
-from microrag_engine.generate import ChatStream, LLMConfig
-
 from conftest import ROOT, needs_models
+from microrag_engine.runtime.llm import ChatStream, LLMConfig
 
 pytestmark = pytest.mark.slow
 
@@ -71,7 +70,7 @@ def test_our_client_streams_a_real_reply(local_llm):
 @needs_models
 def test_offline_rag_with_the_local_model_and_verification(local_llm):
     from microrag_engine.config import PRESETS
-    from microrag_engine.pipeline import Engine, demo_corpus
+    from microrag_engine.engine import Engine, demo_corpus
 
     eng = Engine.from_paths([demo_corpus() / "hr"], PRESETS["default"])
     cfg = LLMConfig(base_url=local_llm, temperature=0.0, max_tokens=60, timeout=120)

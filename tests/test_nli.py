@@ -12,11 +12,12 @@ import time
 import numpy as np
 import pytest
 
-from microrag_engine.errors import ConfigError, ModelMissingError
-from microrag_engine.nli import CrossEncoder, LLMJudge, NLIModel, load_nli, shipped_dir, windows
-
 import tiny_models
-from conftest import needs_models
+from conftest import TRAINING, needs_models
+from microrag_engine.errors import ConfigError, ModelMissingError
+from microrag_engine.runtime.crossencoder import CrossEncoder
+from microrag_engine.runtime.onnx import shipped_dir
+from microrag_engine.verify.nli import LLMJudge, NLIModel, load_nli, windows
 from test_generate import _delta, _no_proxies, llm_server, sse  # noqa: F401  (fixtures)
 
 PAIRS = [("the cat sat on the mat", "a cat is red"), ("man runs", "the dog is not blue on the park mat"),
@@ -66,7 +67,7 @@ def test_missing_or_foreign_folders_fail_clearly(tmp_path):
 
 
 def test_llm_judge_over_a_real_openai_compatible_server(llm_server):
-    from microrag_engine.generate import LLMConfig
+    from microrag_engine.runtime.llm import LLMConfig
 
     llm_server.script(sse(_delta(content='{"verdict": "contradiction", "passage": 2}')),
                       sse(_delta(content="I think it is supported by [1]")))  # unparseable -> neutral
@@ -173,12 +174,13 @@ def test_shipped_graphs_compute_in_fp32(name):
 
 def _demo_pairs() -> list[tuple[str, str]]:
     """Each hand-written check sentence against the 4 demo chunks sharing most words with it."""
-    from microrag_engine.chunk import chunk_documents, load_documents
-    from microrag_engine.pipeline import demo_corpus
+    from microrag_engine.chunk import chunk_documents
+    from microrag_engine.engine import demo_corpus
+    from microrag_engine.load import load_documents
 
     chunks = [c.text for c in chunk_documents(load_documents([demo_corpus()]), "chars")]
     words = [set(c.lower().split()) for c in chunks]
-    checks = shipped_dir("nli").parent.parent / "data" / "eval" / "rag-checks.jsonl"
+    checks = TRAINING / "eval-data" / "rag-checks.jsonl"
     pairs = []
     for line in checks.read_text().splitlines():
         sentence = json.loads(line)["sentence"]
@@ -195,8 +197,8 @@ def test_shipped_graph_matches_the_numpy_reference(name):
     import sys
 
     from conftest import ROOT
-    from microrag_engine.bert_numpy import NumpyBert
-    from microrag_engine.nli import _softmax
+    from microrag_engine.runtime.bert_numpy import NumpyBert
+    from microrag_engine.runtime.crossencoder import softmax
 
     _, model = _graph(name)
     sys.path.insert(0, str(ROOT / "training"))
@@ -204,9 +206,9 @@ def test_shipped_graph_matches_the_numpy_reference(name):
 
     pairs = _demo_pairs()
     enc = CrossEncoder(shipped_dir(name))
-    ours = _softmax(enc.logits(pairs))
+    ours = softmax(enc.logits(pairs))
     enc._forward = NumpyBert({"num_attention_heads": 12, "num_hidden_layers": 6}, hf_weights(model))
-    ref = _softmax(enc.logits(pairs))
+    ref = softmax(enc.logits(pairs))
     assert len(pairs) == 160
     assert np.array_equal(ours.argmax(1), ref.argmax(1))
     assert np.abs(ours - ref).max() <= NUMPY_GAP_MAX

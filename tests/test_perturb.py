@@ -4,9 +4,8 @@ from __future__ import annotations
 
 import random
 
+import perturb as P
 import pytest
-
-from microrag_engine import perturb as P
 
 S = "Employees receive 20 vacation days per year and can carry over 5 days until March 31, 2025."
 

@@ -13,12 +13,12 @@ import pytest
 
 pytest.importorskip("fastapi", reason="server extra not installed")
 
+from conftest import FIXTURES, needs_models, needs_shared, run_cli  # noqa: E402
 from microrag_engine.redteam import lab  # noqa: E402
 from microrag_engine.redteam.attacks import kb_secrets, recoverable, run_all  # noqa: E402
-from microrag_engine.redteam.compliant import respond, serve as serve_model  # noqa: E402
+from microrag_engine.redteam.compliant import respond  # noqa: E402
+from microrag_engine.redteam.compliant import serve as serve_model
 from microrag_engine.server.defences import LAB_BASELINE, Defences  # noqa: E402
-
-from conftest import FIXTURES, needs_models, needs_shared, run_cli  # noqa: E402
 
 LAB_KB = FIXTURES / "lab-kb"
 

@@ -8,10 +8,9 @@ import json
 import numpy as np
 import pytest
 
-from microrag_engine.rerank import blend, relevance
-
 import tiny_models
 from conftest import needs_models
+from microrag_engine.retrieve.rerank import blend, relevance
 
 
 def test_blend_orders_reranked_first_by_the_mix():
@@ -26,7 +25,7 @@ def test_blend_orders_reranked_first_by_the_mix():
 
 def test_relevance_reads_the_relevant_column_by_name(tmp_path):
     pytest.importorskip("torch", reason="torch is installed by `make test` for this parity check")
-    from microrag_engine.nli import CrossEncoder
+    from microrag_engine.runtime.crossencoder import CrossEncoder
 
     model = tiny_models.build(tmp_path / "r", id2label={0: "relevant", 1: "irrelevant"})
     enc = CrossEncoder(tmp_path / "r")
@@ -38,9 +37,9 @@ def test_relevance_reads_the_relevant_column_by_name(tmp_path):
 @needs_models
 def test_retrieval_with_rerank_on_reports_and_uses_the_scores():
     from microrag_engine.config import PRESETS, override
-    from microrag_engine.pipeline import Engine, demo_corpus
-    from microrag_engine.rerank import load_reranker
-    from microrag_engine.nli import shipped_dir
+    from microrag_engine.engine import Engine, demo_corpus
+    from microrag_engine.retrieve.rerank import load_reranker
+    from microrag_engine.runtime.onnx import shipped_dir
 
     assert json.loads((shipped_dir("rerank") / "config.json").read_text())["id2label"] == {"0": "irrelevant", "1": "relevant"}
     eng = Engine.from_paths([demo_corpus()], override(PRESETS["default"], rerank=True, w_rerank=1.0, max_per_source=0))

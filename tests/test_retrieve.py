@@ -5,11 +5,13 @@ from __future__ import annotations
 import numpy as np
 import pytest
 
-from microrag_engine import override, preset
-from microrag_engine.chunk import Chunk
+from microrag_engine.config import override, preset
 from microrag_engine.index import build_index
-from microrag_engine.retrieve import (GateSignals, diversity_cap, dynamic_w_kw, exact_token_in, fuse_minmax, fuse_rrf,
-                               grounding_gate, looks_exact, minmax, ranks, retrieve)
+from microrag_engine.retrieve import retrieve
+from microrag_engine.retrieve.cap import diversity_cap
+from microrag_engine.retrieve.fuse import dynamic_w_kw, fuse_minmax, fuse_rrf, looks_exact, minmax, ranks
+from microrag_engine.retrieve.gate import GateSignals, exact_token_in, grounding_gate
+from microrag_engine.types import Chunk
 
 
 def test_minmax_all_equal_is_zero():
@@ -138,8 +140,8 @@ def test_ties_break_by_corpus_order():
 
 
 def _labelled_engine(tmp_path, settings, extra: dict[str, str] | None = None):
+    from microrag_engine.engine import Engine
     from microrag_engine.ingest import ingest_paths
-    from microrag_engine.pipeline import Engine
     from microrag_engine.store import open_store
 
     kb = tmp_path / "kb"

@@ -49,6 +49,8 @@ NAIVE = {id(p) for p in defences.NAIVE_PATTERNS} if defences else set()
 def _patterns() -> list[tuple[str, object]]:
     found: dict[int, tuple[str, object]] = {}
     for info in pkgutil.walk_packages(microrag_engine.__path__, "microrag_engine."):
+        if info.name.endswith(".__main__"):  # importing it runs the CLI
+            continue
         try:
             mod = importlib.import_module(info.name)
         except ImportError:  # an optional extra is missing: its patterns are not reachable either

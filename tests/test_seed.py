@@ -6,11 +6,10 @@ import json
 
 import pytest
 
-from microrag_engine import preset
-from microrag_engine.cli import format_hit, rank_line
-from microrag_engine.pipeline import Engine
-
 from conftest import FIXTURES, needs_shared, run_cli
+from microrag_engine.cli.main import format_hit, rank_line
+from microrag_engine.config import preset
+from microrag_engine.engine import Engine
 
 pytestmark = needs_shared
 EXPECTED = json.loads((FIXTURES / "seed-kb-expected.json").read_text()) if FIXTURES.is_dir() else {"queries": {}}
@@ -127,6 +126,6 @@ def test_rank_refuses_empty_lines():
 
 
 def test_rank_line_format():
-    from microrag_engine.retrieve import Retrieval
+    from microrag_engine.types import Retrieval
 
     assert rank_line(Retrieval("q", [], refused=True, reason="x")) == "REFUSE"

@@ -18,15 +18,14 @@ import pytest
 pytest.importorskip("fastapi", reason="server extra not installed")
 import uvicorn  # noqa: E402
 
-from microrag_engine import preset  # noqa: E402
-from microrag_engine.generate import LLMConfig  # noqa: E402
+from conftest import needs_models, stream_chat  # noqa: E402
+from microrag_engine.config import preset  # noqa: E402
 from microrag_engine.ingest import ingest_paths  # noqa: E402
+from microrag_engine.runtime.llm import LLMConfig  # noqa: E402
 from microrag_engine.server.app import ServerConfig, create_app  # noqa: E402
 from microrag_engine.server.auth import KeyStore  # noqa: E402
 from microrag_engine.server.state import ServerState  # noqa: E402
 from microrag_engine.store import open_store  # noqa: E402
-
-from conftest import needs_models, stream_chat  # noqa: E402
 
 pytestmark = needs_models
 
@@ -425,7 +424,9 @@ def test_keys_never_logged(srv, caplog):
 
 # ---------------------------------------------------------------- fuzzing the API surface
 
-from hypothesis import HealthCheck, given, settings as hsettings, strategies as st  # noqa: E402
+from hypothesis import HealthCheck, given  # noqa: E402
+from hypothesis import settings as hsettings
+from hypothesis import strategies as st
 
 JSONISH = st.recursive(st.none() | st.booleans() | st.integers() | st.floats(allow_nan=False, allow_infinity=False) | st.text(max_size=30),
                        lambda kids: st.lists(kids, max_size=4) | st.dictionaries(st.text(max_size=8), kids, max_size=4),

@@ -13,15 +13,16 @@ from pathlib import Path
 
 import numpy as np
 import pytest
-from hypothesis import HealthCheck, given, settings as hsettings, strategies as st
-
-from microrag_engine import override, preset
-from microrag_engine.errors import ConfigError, CorpusError
-from microrag_engine.ingest import delete_documents, ingest_paths
-from microrag_engine.pipeline import Engine
-from microrag_engine.store import open_store
+from hypothesis import HealthCheck, given
+from hypothesis import settings as hsettings
+from hypothesis import strategies as st
 
 from conftest import ROOT, run_cli
+from microrag_engine.config import override, preset
+from microrag_engine.engine import Engine
+from microrag_engine.errors import ConfigError, CorpusError
+from microrag_engine.ingest import delete_documents, ingest_paths
+from microrag_engine.store import open_store
 
 SEED = preset("seed")
 BACKENDS = ["sqlite"]
@@ -367,7 +368,7 @@ def test_postgres_bm25_equals_bm25s_and_cosine_equals_dot(tmp_path):
     try:
         ingest_paths(store, [write(tmp_path / "docs", files)], SEED)
         local = Engine.from_store(store, SEED, remote=False)
-        from microrag_engine.index import BM25Scorer
+        from microrag_engine.index.keyword import BM25Scorer
 
         texts = [c.text for c in local.index.chunks]
         ref = BM25Scorer(0.9, 0.4).fit(texts)

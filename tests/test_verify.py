@@ -9,10 +9,19 @@ import json
 
 import pytest
 
-from microrag_engine.verify import (CONTRADICTED, ENTAILED, NEUTRAL, REFUSAL, SentenceVerdict, apply_policy, decide,
-                             split_sentences, strip_citations, verify)
-
 from conftest import needs_models, run_cli
+from microrag_engine.verify import (
+    CONTRADICTED,
+    ENTAILED,
+    NEUTRAL,
+    REFUSAL,
+    SentenceVerdict,
+    apply_policy,
+    decide,
+    split_sentences,
+    strip_citations,
+    verify,
+)
 from test_generate import _delta, _no_proxies, llm_server, sse  # noqa: F401  (fixtures)
 
 
@@ -119,14 +128,14 @@ def test_without_chunks_every_sentence_is_unsupported():
 @pytest.fixture(scope="module")
 def hr_engine():
     from microrag_engine.config import PRESETS
-    from microrag_engine.pipeline import Engine, demo_corpus
+    from microrag_engine.engine import Engine, demo_corpus
 
     return Engine.from_paths([demo_corpus() / "hr"], PRESETS["default"])
 
 
 @needs_models
 def test_engine_flags_an_invented_sentence_from_a_real_llm_stream(llm_server, hr_engine):
-    from microrag_engine.generate import LLMConfig
+    from microrag_engine.runtime.llm import LLMConfig
 
     eng = hr_engine
     llm_server.script(sse(_delta(content="Full-time employees receive 20 paid vacation days per calendar year. "),
@@ -188,7 +197,7 @@ def test_cli_verify_bad_input_is_one_line(tmp_path):
 
 
 def test_copy_shortcut_needs_whole_words():
-    from microrag_engine.nli import NLIModel
+    from microrag_engine.verify.nli import NLIModel
 
     class Stub(NLIModel):
         def __init__(self):

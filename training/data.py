@@ -13,7 +13,7 @@ import json
 import random
 from pathlib import Path
 
-from microrag_engine import perturb
+import perturb
 
 SHARED = Path(__file__).resolve().parents[2] / "shared" / "datasets"
 NLI = SHARED / "nli"

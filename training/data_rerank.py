@@ -43,7 +43,7 @@ def training_pairs(seed: int = 13) -> list[dict]:
     if CACHE.exists():
         return [json.loads(line) for line in CACHE.read_text().splitlines()]
     from microrag_engine.config import PRESETS
-    from microrag_engine.evaluate import Scorer, load_beir, load_hotpot
+    from microrag_engine.eval.retrieval import Scorer, load_beir, load_hotpot
 
     rng = random.Random(seed)
     settings = PRESETS["default"]

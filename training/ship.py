@@ -25,8 +25,10 @@ def main(kind: str, src: str) -> None:
     for name in ("model.onnx", "config.json", "tokenizer.json"):
         shutil.copy2(Path(src) / name, dest / name)
     if kind == "nli":
-        from microrag_engine import evaluate_nli
-        from microrag_engine.nli import CrossEncoder, NLIModel
+        import evaluate_nli
+
+        from microrag_engine.runtime.crossencoder import CrossEncoder
+        from microrag_engine.verify.nli import NLIModel
 
         best = evaluate_nli.calibrate(NLIModel(CrossEncoder(dest)), SHARED)
         cfg = json.loads((dest / "config.json").read_text())

@@ -77,7 +77,6 @@ def export_onnx(model, tok_path: Path, out: Path, id2label: dict[int, str], max_
     Not dynamic int8: its verdicts depended on the CPU (see requantize.py and the model card).
     """
     import onnx
-
     from requantize import fp16_storage
 
     out.mkdir(parents=True, exist_ok=True)

@@ -23,11 +23,11 @@ __all__ = ["Engine", "PRESETS", "Settings", "override", "preset", "MicroRAGError
 def __getattr__(name: str):
     # Engine pulls numpy & friends; keep `import microrag_engine` itself light.
     if name == "Engine":
-        from .pipeline import Engine
+        from .engine import Engine
 
         return Engine
     if name == "load_nli":
-        from .nli import load_nli
+        from .verify.nli import load_nli
 
         return load_nli
     raise AttributeError(name)

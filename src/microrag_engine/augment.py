@@ -17,7 +17,7 @@ from __future__ import annotations
 import secrets
 from collections.abc import Sequence
 
-from .retrieve import Hit
+from .types import Hit
 
 SYSTEM_PROMPT = (
     "You answer questions using ONLY the retrieved context. "

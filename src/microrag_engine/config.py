@@ -65,7 +65,7 @@ class Settings:
     min_contra: float | None = None
     verify_facts: bool = True  # a number or name no chunk states makes a sentence unsupported
 
-    def validate(self) -> "Settings":
+    def validate(self) -> Settings:
         """Raise :class:`ConfigError` on an impossible combination; return self."""
         for name, allowed in (
             ("chunker", CHUNKERS),

@@ -15,162 +15,19 @@ each cited. This module does not retrieve; it answers from what it is given.
 
 from __future__ import annotations
 
-import json
 import logging
-import os
-import time
-from collections.abc import Iterator, Mapping, Sequence
-from dataclasses import dataclass, field
 
 import numpy as np
 
 from .augment import citation
-from .chunk import sentence_spans
-from .errors import ConfigError, LLMError
-from .index import bm25_tokens
-from .retrieve import Retrieval
+from .text import bm25_tokens, sentence_spans
+from .types import Retrieval
 
 log = logging.getLogger("microrag")
 
 REFUSAL = "I don't have that in the indexed documents."
 
 # ---------------------------------------------------------------- LLM client
-
-
-@dataclass(frozen=True)
-class LLMConfig:
-    """Where and how to call the model. ``repr`` never shows the key."""
-
-    base_url: str
-    api_key: str = field(default="", repr=False)
-    model: str = "default"
-    temperature: float = 0.2
-    max_tokens: int | None = None  # cap the reply (LLM_MAX_TOKENS); small local models can ramble
-    max_retries: int = 2  # extra attempts after the first, for drops before any token
-    timeout: float = 60.0
-    backoff: float = 0.5  # seconds, doubled per retry
-
-    @classmethod
-    def from_env(cls, env: Mapping[str, str] | None = None) -> "LLMConfig | None":
-        """From ``LLM_BASE_URL``/``LLM_API_KEY``/``LLM_MODEL``; ``None`` if no URL is set."""
-        env = os.environ if env is None else env
-        url = env.get("LLM_BASE_URL", "").strip()
-        if not url:
-            return None
-        cap = env.get("LLM_MAX_TOKENS", "").strip()
-        if cap and not cap.isdigit():
-            raise ConfigError(f"LLM_MAX_TOKENS must be a whole number, got {cap!r}")
-        return cls(base_url=url.rstrip("/"), api_key=env.get("LLM_API_KEY", ""),
-                   model=env.get("LLM_MODEL", "") or "default", max_tokens=int(cap) if cap else None)
-
-
-def parse_sse_line(line: str) -> str | None:
-    """Content piece of one SSE line; '' for lines without content; ``None`` at ``[DONE]``."""
-    line = line.strip()
-    if not line.startswith("data:"):
-        return ""  # comments, event:/id: fields, blank keep-alives
-    data = line[5:].strip()
-    if data == "[DONE]":
-        return None
-    try:
-        delta = json.loads(data)["choices"][0].get("delta") or {}
-    except (ValueError, KeyError, IndexError, TypeError, AttributeError):
-        return ""  # malformed line: skip it, keep the stream
-    content = delta.get("content") if isinstance(delta, dict) else None
-    return content if isinstance(content, str) else ""  # reasoning_content etc. ignored
-
-
-class _Dropped(Exception):
-    """The stream ended before ``data: [DONE]``."""
-
-
-class ChatStream:
-    """Iterate to receive content pieces. After iteration: ``truncated``, ``attempts``."""
-
-    def __init__(self, cfg: LLMConfig, messages: Sequence[Mapping[str, str]], deadline: float | None = None) -> None:
-        self.cfg = cfg
-        self.messages = list(messages)
-        # time.monotonic() at which to stop reading: the text so far is kept and
-        # ``truncated`` set, so a slow or endless stream cannot hold a request.
-        self.deadline = deadline
-        self.truncated = False
-        self.attempts = 0
-
-    def _clean(self, text: str) -> str:
-        # Never let the key reach a message, even when a gateway echoes it back.
-        return text.replace(self.cfg.api_key, "***") if self.cfg.api_key else text
-
-    def __iter__(self) -> Iterator[str]:
-        import httpx
-
-        cfg = self.cfg
-        url = f"{cfg.base_url}/chat/completions"
-        headers = {"Accept": "text/event-stream"}
-        if cfg.api_key:
-            headers["Authorization"] = f"Bearer {cfg.api_key}"
-        payload = {"model": cfg.model, "messages": self.messages, "temperature": cfg.temperature, "stream": True}
-        if cfg.max_tokens:
-            payload["max_tokens"] = cfg.max_tokens
-        last_problem = ""
-        for attempt in range(cfg.max_retries + 1):
-            self.attempts = attempt + 1
-            got_any = False
-            timeout = cfg.timeout if self.deadline is None else max(0.1, min(cfg.timeout, self.deadline - time.monotonic()))
-            try:
-                with httpx.stream("POST", url, json=payload, headers=headers, timeout=timeout) as resp:
-                    if resp.status_code in (401, 403):
-                        raise LLMError(f"the LLM endpoint rejected the API key (HTTP {resp.status_code}); check LLM_API_KEY")
-                    if resp.status_code != 200:
-                        # Mask first, then cut: a cut key would escape the mask. One line only.
-                        body = " ".join(self._clean(resp.read().decode("utf-8", "replace")).split())[:200]
-                        last_problem = f"HTTP {resp.status_code}: {body}" if body else f"HTTP {resp.status_code}"
-                        if resp.status_code == 429 or resp.status_code >= 500:
-                            raise _Dropped()
-                        raise LLMError(f"the LLM endpoint answered {last_problem}")
-                    if resp.headers.get("content-type", "").startswith("application/json"):
-                        yield self._whole_json(resp.read())  # a server that ignored stream=true
-                        return
-                    for line in resp.iter_lines():
-                        piece = parse_sse_line(line)
-                        if piece is None:
-                            return
-                        if piece:
-                            got_any = True
-                            yield piece
-                        if self.deadline is not None and time.monotonic() > self.deadline:
-                            self.truncated = True
-                            log.warning("LLM stream cut at the request's deadline; keeping the partial text")
-                            return
-                    last_problem = "stream ended before [DONE]"
-                    raise _Dropped()
-            except (httpx.TransportError, _Dropped) as exc:
-                if isinstance(exc, httpx.TransportError):
-                    last_problem = f"{type(exc).__name__}: {self._clean(str(exc))[:120]}"
-                if got_any:
-                    self.truncated = True
-                    log.warning("LLM stream dropped mid-answer (%s); keeping the partial text", last_problem)
-                    return
-                if self.deadline is not None and time.monotonic() + cfg.backoff * (2**attempt) > self.deadline:
-                    break  # no time left for another attempt
-                if attempt < cfg.max_retries:
-                    time.sleep(cfg.backoff * (2**attempt))
-        raise LLMError(
-            f"the LLM at {cfg.base_url} gave no answer after {self.attempts} attempt(s) ({last_problem}); "
-            "check LLM_BASE_URL or unset it to use the extractive answerer"
-        )
-
-    def _whole_json(self, body: bytes) -> str:
-        try:
-            return str(json.loads(body)["choices"][0]["message"]["content"] or "")
-        except (ValueError, KeyError, IndexError, TypeError):
-            raise LLMError("the LLM endpoint answered JSON without choices[0].message.content") from None
-
-
-def chat(cfg: LLMConfig, messages: Sequence[Mapping[str, str]]) -> tuple[str, bool]:
-    """The whole reply: (text, truncated)."""
-    stream = ChatStream(cfg, messages)
-    text = "".join(stream)
-    return text, stream.truncated
 
 
 # ---------------------------------------------------------------- extractive answerer

@@ -17,17 +17,18 @@ import getpass
 import hashlib
 from collections.abc import Iterable
 from dataclasses import dataclass, field, replace
-from datetime import datetime, timezone
+from datetime import UTC, datetime
 from pathlib import Path
 
 import numpy as np
 
-from .chunk import Document, chunk_documents, load_documents
+from .chunk import chunk_documents
 from .config import Settings
 from .errors import ConfigError, CorpusError
-from .index import make_embedder
-from .store import DocRecord, DocUpdate, Store
-from .store.base import BOUND_SETTINGS
+from .index.embed import make_embedder
+from .load import load_documents
+from .store.base import BOUND_SETTINGS, DocRecord, DocUpdate, Store
+from .types import Document
 
 
 @dataclass
@@ -138,7 +139,7 @@ def ingest_documents(
     existing = store.documents()
     embedder = make_embedder(settings.embedder)
     principal = principal or f"operator:{_user()}"
-    now = datetime.now(timezone.utc).isoformat(timespec="seconds")
+    now = datetime.now(UTC).isoformat(timespec="seconds")
     report = IngestReport()
     updates: list[DocUpdate] = []
     seen: set[str] = set()

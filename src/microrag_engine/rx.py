@@ -29,6 +29,6 @@ SPACE = rf"[{SPACES}]"
 DIGIT = r"\p{Nd}"
 
 
-def compile(pattern: str) -> "re2._Regexp":  # noqa: A001 - mirrors re.compile
+def compile(pattern: str) -> re2._Regexp:  # noqa: A001 - mirrors re.compile
     """A compiled RE2 pattern; raises ``re2.error`` for syntax RE2 cannot run in linear time."""
     return re2.compile(pattern)

@@ -23,18 +23,20 @@ from fastapi import Depends, FastAPI, HTTPException, Request
 from fastapi.exceptions import RequestValidationError
 from fastapi.responses import FileResponse, JSONResponse, StreamingResponse
 from fastapi.staticfiles import StaticFiles
-from starlette.exceptions import HTTPException as StarletteHTTPException
 from pydantic import BaseModel, Field
+from starlette.exceptions import HTTPException as StarletteHTTPException
 
 from .. import guard
 from ..augment import build_messages
-from ..chunk import Document, jsonl_documents, load_documents, parse_upload
 from ..config import Settings, override
+from ..engine import Engine
 from ..errors import LLMError, MicroRAGError
-from ..generate import ChatStream, LLMConfig, extractive_answer
+from ..generate import extractive_answer
 from ..ingest import apply_dlp, delete_documents, ingest_documents, store_form
-from ..pipeline import Engine
-from ..store import Store
+from ..load import jsonl_documents, load_documents, parse_upload
+from ..runtime.llm import ChatStream, LLMConfig
+from ..store.base import Store
+from ..types import Document
 from .auth import ANONYMOUS, KeyStore, Principal
 from .defences import Defences, naive_blocked, naive_despace, naive_output
 from .state import QUARANTINE, ServerState
@@ -392,10 +394,10 @@ def create_app(cfg: ServerConfig) -> FastAPI:
                 "capped": r.capped, "flags": flags + out_flags,
                 "tools": [t.__dict__ for t in tool_results], "verification": checked}
 
-    def _over(ctx: "_Turn") -> bool:
+    def _over(ctx: _Turn) -> bool:
         return ctx.deadline is not None and time.monotonic() > ctx.deadline
 
-    def _answer(ctx: "_Turn"):
+    def _answer(ctx: _Turn):
         question, r, who, check = ctx.question, ctx.retrieval, ctx.who, ctx.check
         out_flags: list[str] = []
         tool_results = []
@@ -446,7 +448,7 @@ def create_app(cfg: ServerConfig) -> FastAPI:
                     row["missing"] = [m for m in row["missing"] if m in row["sentence"]]
         return text, mode, tool_results, out_flags, verification
 
-    def _stream(ctx: "_Turn", sources, flags, settle):
+    def _stream(ctx: _Turn, sources, flags, settle):
         r = ctx.retrieval
         head = {"sources": sources, "refused": r.refused, "reason": r.reason, "capped": r.capped,
                 "best_raw_em": r.best_raw_em, "best_raw_kw": r.best_raw_kw}

@@ -15,7 +15,7 @@ import secrets
 import sqlite3
 import threading
 from dataclasses import dataclass
-from datetime import datetime, timezone
+from datetime import UTC, datetime
 from pathlib import Path
 
 from ..errors import MicroRAGError
@@ -68,7 +68,7 @@ class KeyStore:
                 raise MicroRAGError(f"an active key named {name!r} exists; revoke it first or pick another name")
             self.db.execute("INSERT INTO keys VALUES (?,?,?,?,?,?,?,0)", (
                 kid, name, role, ",".join(sorted(set(clearance) | {"public"})), int(trusted or role == "admin"),
-                _hash(secret), datetime.now(timezone.utc).isoformat(timespec="seconds")))
+                _hash(secret), datetime.now(UTC).isoformat(timespec="seconds")))
         return f"mrg_{kid}_{secret}"
 
     def list(self) -> list[dict]:

@@ -16,7 +16,7 @@ from dataclasses import dataclass, field
 
 import numpy as np
 
-from ..chunk import Chunk
+from ..types import Chunk
 
 FORMAT_VERSION = 1
 # Settings that change what is stored; a query with other values would be wrong.

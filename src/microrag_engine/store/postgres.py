@@ -25,9 +25,9 @@ from collections import Counter
 
 import numpy as np
 
-from ..chunk import Chunk
 from ..errors import MicroRAGError
-from ..index import bm25_tokens
+from ..text import bm25_tokens
+from ..types import Chunk
 from .base import FORMAT_VERSION, DocRecord, DocUpdate, Snapshot, Store, check_snapshot
 
 TERM_SPACE = 999_999_937  # hashed term ids (pgvector caps sparsevec at 1e9 dims); collisions at 1e6 terms ~0.1%

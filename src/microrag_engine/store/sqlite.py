@@ -13,8 +13,8 @@ from pathlib import Path
 
 import numpy as np
 
-from ..chunk import Chunk
 from ..errors import MicroRAGError
+from ..types import Chunk
 from .base import FORMAT_VERSION, DocRecord, DocUpdate, Snapshot, Store, check_snapshot
 
 SCHEMA = """

@@ -14,8 +14,8 @@ import re
 import sys
 from pathlib import Path
 
-from .config import VERIFY_POLICIES
-from .errors import MicroRAGError
+from ..config import VERIFY_POLICIES
+from ..errors import MicroRAGError
 
 
 def unit_float(text: str) -> float:
@@ -65,8 +65,8 @@ def _read_arg(value: str, what: str) -> str:
 
 
 def cmd_verify(args: argparse.Namespace) -> int:
-    from .nli import load_nli
-    from .verify import verify
+    from ..verify import verify
+    from ..verify.nli import load_nli
 
     if args.context == "-" and args.answer == "-":
         raise MicroRAGError("only one of --context and --answer can be read from stdin")
@@ -76,7 +76,7 @@ def cmd_verify(args: argparse.Namespace) -> int:
         raise MicroRAGError("--context holds no text; give one chunk per paragraph")
     if not answer.strip():
         raise MicroRAGError("--answer is empty")
-    from .cli import _settings
+    from .main import _settings
 
     s = _settings(args, args.preset or "default")
     result = verify(answer, [(str(i + 1), c) for i, c in enumerate(chunks)], load_nli(s.nli),

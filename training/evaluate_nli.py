@@ -13,7 +13,7 @@ Sets:
   * RAG-shaped, synthetic: sentences copied or paraphrased from, or perturbed
     against, chunks of the demo handbook and SciFact test abstracts (``perturb``),
     each checked against its chunk plus three distractor chunks;
-  * RAG-shaped, hand-written: ``data/eval/rag-checks.jsonl`` against the demo
+  * RAG-shaped, hand-written: ``training/eval-data/rag-checks.jsonl`` against the demo
     handbook's top-4 retrieved chunks.
 It changes nothing the engine does; thresholds are calibrated by ``calibrate``.
 """
@@ -28,8 +28,10 @@ from pathlib import Path
 
 import numpy as np
 
-from .evaluate import _jsonl
-from .verify import CONTRADICTED, ENTAILED, NEUTRAL, decide, unsupported_facts
+from microrag_engine.eval.retrieval import _jsonl
+from microrag_engine.verify import CONTRADICTED, ENTAILED, NEUTRAL, decide, unsupported_facts
+
+EVAL_DATA = Path(__file__).parent / "eval-data"  # dev-only data, not in the wheel
 
 LABELS = ("entailment", "neutral", "contradiction")
 THREE_WAY = ("mnli_m_gold", "snli_test", "healthver_test")
@@ -122,8 +124,10 @@ def scifact(nli, shared: Path, split: str = "test", limit: int | None = None) ->
 def _passages(shared: Path, split: str = "test") -> list[list[str]]:
     """Held-out passages as sentence lists: SciFact abstracts cited by ``split``
     (plus the demo handbook's chunks for the test split)."""
-    from .chunk import chunk_documents, load_documents, sentence_spans
-    from .config import PRESETS
+    from microrag_engine.chunk import chunk_documents
+    from microrag_engine.config import PRESETS
+    from microrag_engine.load import load_documents
+    from microrag_engine.text import sentence_spans
 
     texts = []
     if split == "test":
@@ -142,7 +146,7 @@ def _passages(shared: Path, split: str = "test") -> list[list[str]]:
 
 def rag_items(shared: Path, limit: int | None = None, seed: int = 0, split: str = "test") -> list[tuple[list[str], str, str, str]]:
     """(chunks, sentence, expected, kind): each passage plus three distractor passages."""
-    from .perturb import rag_pairs
+    from perturb import rag_pairs
 
     rng = random.Random(seed)
     passages = _passages(shared, split)
@@ -182,7 +186,7 @@ def rag_synthetic(nli, shared: Path, limit: int | None = None) -> dict:
 
 def rag_handwritten(nli, engine) -> dict:
     """The hand-written checks against the demo engine's top-4 chunks for their query."""
-    rows = read_jsonl(Path(str(files("microrag_engine") / "data" / "eval" / "rag-checks.jsonl")))
+    rows = read_jsonl(Path(str(EVAL_DATA / "rag-checks.jsonl")))
     items = []
     for r in rows:
         hits = engine.retrieve(r["query"], safeguards=False).hits  # the gate is not under test here

@@ -20,8 +20,8 @@ import re
 from collections.abc import Sequence
 from dataclasses import asdict, dataclass
 
-from . import rx
-from .chunk import sentence_spans
+from .. import rx
+from ..text import sentence_spans
 
 ENTAILED, NEUTRAL, CONTRADICTED = "entailed", "neutral", "contradicted"
 POLICIES = ("flag", "drop", "refuse")

@@ -23,14 +23,15 @@ import sys
 from collections.abc import Sequence
 from typing import TextIO
 
-from . import __version__
-from .cli_verify import cmd_verify, unit_float as _unit_float, verdict_line, verify_flags
-from .config import FUSIONS, preset, override, PRESETS, CHUNKERS
-from .errors import MicroRAGError
-from .generate import LLMConfig
-from .pipeline import Engine, demo_corpus
-from .store import DEFAULT_INDEX, default_location, open_store, store_exists
-from .retrieve import Hit, Retrieval
+from .. import __version__
+from ..config import CHUNKERS, FUSIONS, PRESETS, override, preset
+from ..engine import Engine, demo_corpus
+from ..errors import MicroRAGError
+from ..runtime.llm import LLMConfig
+from ..store import DEFAULT_INDEX, default_location, open_store, store_exists
+from ..types import Hit, Retrieval
+from .verify import cmd_verify, verdict_line, verify_flags
+from .verify import unit_float as _unit_float
 
 log = logging.getLogger("microrag")
 
@@ -110,7 +111,7 @@ def build_parser() -> argparse.ArgumentParser:
     ing.add_argument("--dlp", choices=("redact", "label", "off"),
                      help="secrets/PII found in documents: redact before indexing (default preset), "
                           "label the document restricted, or off (the seed preset's default)")
-    from .cli_server import add_parsers  # serve, keys, compliant-llm, redteam
+    from .serve import add_parsers  # serve, keys, compliant-llm, redteam
 
     add_parsers(sub, common)
     ev = sub.add_parser("eval", parents=[common], help="measure retrieval on a BEIR dataset or HotpotQA-100")
@@ -287,7 +288,7 @@ def _open_for_write(args: argparse.Namespace):
 
 
 def cmd_ingest(args: argparse.Namespace) -> int:
-    from .ingest import ingest_paths
+    from ..ingest import ingest_paths
 
     store = _open_for_write(args)
     try:
@@ -305,7 +306,7 @@ def cmd_ingest(args: argparse.Namespace) -> int:
 
 
 def cmd_delete(args: argparse.Namespace) -> int:
-    from .ingest import delete_documents
+    from ..ingest import delete_documents
 
     store = open_store(args.index or default_location(), create=False)
     try:
@@ -347,7 +348,7 @@ def cmd_documents(args: argparse.Namespace) -> int:
 def cmd_eval(args: argparse.Namespace) -> int:
     from pathlib import Path
 
-    from .evaluate import METRICS, evaluate, load_dataset
+    from ..eval.retrieval import METRICS, evaluate, load_dataset
 
     ds = load_dataset(args.dataset, args.split)
     settings = _settings(args, args.preset or "default")
@@ -390,7 +391,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     log.handlers[:] = [handler]
     log.setLevel(logging.ERROR if getattr(args, "quiet", False) else logging.WARNING)
     log.propagate = False
-    from .cli_server import COMMANDS as SERVER_COMMANDS
+    from .serve import COMMANDS as SERVER_COMMANDS
 
     try:
         return {**COMMANDS, **SERVER_COMMANDS}[args.command](args)
@@ -405,7 +406,3 @@ def main(argv: Sequence[str] | None = None) -> int:
         except OSError:
             pass
         return 0
-
-
-if __name__ == "__main__":
-    sys.exit(main())

@@ -16,7 +16,8 @@ from functools import lru_cache
 
 import numpy as np
 
-from .nli import CrossEncoder, _softmax, load_encoder, shipped_dir
+from ..runtime.crossencoder import CrossEncoder, softmax, load_encoder
+from ..runtime.onnx import shipped_dir
 
 
 @lru_cache(maxsize=2)
@@ -33,7 +34,7 @@ def relevance(model: CrossEncoder, query: str, texts: Sequence[str]) -> np.ndarr
     if logits.shape[1] == 1:
         return 1.0 / (1.0 + np.exp(-logits[:, 0]))
     labels = {str(v).lower(): int(k) for k, v in model.config.get("id2label", {}).items()}
-    return _softmax(logits)[:, labels.get("relevant", logits.shape[1] - 1)]
+    return softmax(logits)[:, labels.get("relevant", logits.shape[1] - 1)]
 
 
 def blend(hybrid: np.ndarray, top: Sequence[int], p_rel: np.ndarray, w_rerank: float) -> np.ndarray:

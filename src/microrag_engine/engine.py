@@ -7,23 +7,27 @@ the library and (later) the server share one pipeline.
 
 from __future__ import annotations
 
+import logging
 from collections.abc import Callable, Iterable, Iterator
 from dataclasses import dataclass
 from importlib.resources import files
-import logging
 from pathlib import Path
 
 import numpy as np
 
 from .augment import build_messages
-from .chunk import Document, chunk_documents, load_documents
+from .chunk import chunk_documents
 from .config import Settings
 from .errors import ConfigError, CorpusError
-from .generate import ChatStream, LLMConfig, extractive_answer
-from .index import Index, build_index, make_embedder, make_keyword
-from .retrieve import Retrieval, rank_candidates, retrieve
+from .generate import extractive_answer
+from .index import Index, build_index
+from .index.embed import make_embedder
+from .index.keyword import make_keyword
+from .load import load_documents
+from .retrieve import rank_candidates, retrieve
+from .runtime.llm import ChatStream, LLMConfig
+from .types import Document, Retrieval
 from .verify import Verification, verify
-
 
 log = logging.getLogger("microrag")
 
@@ -72,7 +76,7 @@ class Engine:
         self._scoped: dict[tuple[str, ...], object] = {}
 
     @classmethod
-    def from_store(cls, store, settings: Settings, remote: bool | None = None) -> "Engine":
+    def from_store(cls, store, settings: Settings, remote: bool | None = None) -> Engine:
         """Open a persistent index.
 
         ``remote`` (default: whenever the store can search, i.e. Postgres) queries the
@@ -124,7 +128,7 @@ class Engine:
         return sorted(x for x in present if not x.startswith("_")) if any(x.startswith("_") for x in present) else None
 
     @classmethod
-    def from_documents(cls, docs: list[Document], settings: Settings, progress: bool = False) -> "Engine":
+    def from_documents(cls, docs: list[Document], settings: Settings, progress: bool = False) -> Engine:
         """Chunk and index ``docs`` with ``settings``."""
         settings.validate()
         embedder = make_embedder(settings.embedder)
@@ -136,7 +140,7 @@ class Engine:
         return cls(settings, index, docs)
 
     @classmethod
-    def from_paths(cls, paths: Iterable[str | Path], settings: Settings, progress: bool = False) -> "Engine":
+    def from_paths(cls, paths: Iterable[str | Path], settings: Settings, progress: bool = False) -> Engine:
         """Load every readable document under ``paths`` and index it."""
         paths = list(paths)
         docs = load_documents(paths)
@@ -182,7 +186,7 @@ class Engine:
             self._scoped[key] = scorer
         return scorer
 
-    def with_settings(self, settings: Settings) -> "Engine":
+    def with_settings(self, settings: Settings) -> Engine:
         """The same index and documents under other query-time settings (e.g. ``top_k``),
         sharing the fitted per-clearance statistics."""
         other = Engine(settings, self.index, self.documents, list(self.labels), self.generation,
@@ -234,7 +238,7 @@ class Engine:
 
     def verify(self, answer: str, retrieval: Retrieval) -> Verification:
         """Step 6: every sentence of ``answer`` against the retrieved chunks (settings' backend and policy)."""
-        from .nli import load_nli
+        from .verify.nli import load_nli
 
         s = self.settings
         return verify(answer, [(h.chunk.id, h.chunk.text) for h in retrieval.hits], load_nli(s.nli),
@@ -244,7 +248,7 @@ class Engine:
 
 def _maybe_ann(vectors: np.ndarray, settings: Settings, cache: Path | None = None):
     """An HNSW first pass when the index is large enough and faiss is installed."""
-    from .ann import HNSW, faiss_available
+    from .index.ann import HNSW, faiss_available
 
     if len(vectors) < settings.ann_threshold:
         return None

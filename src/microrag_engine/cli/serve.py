@@ -12,16 +12,16 @@ import json
 import sys
 from pathlib import Path
 
-from .cli import _diag, _preset_for, _settings
-from .config import override
-from .errors import MicroRAGError
-from .generate import LLMConfig
-from .store import default_location, open_store
+from ..config import override
+from ..errors import MicroRAGError
+from ..runtime.llm import LLMConfig
+from ..store import default_location, open_store
+from .main import _diag, _preset_for, _settings
 
 
 def add_parsers(sub, common: argparse.ArgumentParser) -> None:
     """Register the server-side subcommands on ``sub``."""
-    from .cli_verify import verify_flags
+    from .verify import verify_flags
 
     sv = sub.add_parser("serve", parents=[common, verify_flags()], help="run the HTTP API (hardened defaults)")
     sv.add_argument("--host", default="127.0.0.1", help="interface to bind (default: %(default)s)")
@@ -82,7 +82,7 @@ def _server_dir(args: argparse.Namespace):
 
 
 def cmd_keys(args: argparse.Namespace) -> int:
-    from .server.auth import KeyStore
+    from ..server.auth import KeyStore
 
     keys = KeyStore(_server_dir(args) / "keys.sqlite")
     if args.action == "add":
@@ -104,10 +104,10 @@ def cmd_serve(args: argparse.Namespace) -> int:
     try:
         import uvicorn
 
-        from .server.app import ServerConfig, create_app
-        from .server.auth import KeyStore
-        from .server.defences import LAB_BASELINE, LAB_BASELINE_SETTINGS, Defences
-        from .server.state import ServerState
+        from ..server.app import ServerConfig, create_app
+        from ..server.auth import KeyStore
+        from ..server.defences import LAB_BASELINE, LAB_BASELINE_SETTINGS, Defences
+        from ..server.state import ServerState
     except ImportError:
         raise MicroRAGError("the server needs its extra: pip install 'microrag-engine[server]'") from None
     from pathlib import Path
@@ -127,7 +127,7 @@ def cmd_serve(args: argparse.Namespace) -> int:
     if baseline:
         settings = override(settings, **LAB_BASELINE_SETTINGS)
     if args.corpus and not store.documents():
-        from .ingest import ingest_paths
+        from ..ingest import ingest_paths
 
         report = ingest_paths(store, args.corpus, settings)
         if not args.quiet:
@@ -197,7 +197,7 @@ def cmd_local_llm(args: argparse.Namespace) -> int:
 def cmd_compliant_llm(args: argparse.Namespace) -> int:
     import time
 
-    from .redteam.compliant import serve
+    from ..redteam.compliant import serve
 
     httpd = serve(args.host, args.port)
     print(f"compliant model on http://{args.host}:{httpd.server_address[1]} - a test instrument: it quotes its "
@@ -213,7 +213,7 @@ def cmd_compliant_llm(args: argparse.Namespace) -> int:
 def cmd_redteam(args: argparse.Namespace) -> int:
     from pathlib import Path
 
-    from .redteam.attacks import ROLES, run_all
+    from ..redteam.attacks import ROLES, run_all
 
     keys = dict(kv.split("=", 1) for kv in (args.keys or "").split(",") if "=" in kv)
     unknown = set(keys) - set(ROLES)

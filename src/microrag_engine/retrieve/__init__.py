@@ -14,146 +14,17 @@ Masked-out chunks are not candidates: they never influence normalisation.
 
 from __future__ import annotations
 
-from dataclasses import dataclass, field
-from typing import Any
-
 import numpy as np
 
-from . import rx
-from .chunk import Chunk
-from .config import Settings
-from .ann import top_n
-from .index import Index
-
-
-@dataclass(frozen=True)
-class Hit:
-    """One retrieved chunk with every score that decided its place."""
-
-    chunk: Chunk
-    hybrid: float
-    kw: float  # keyword leg, normalised over the candidates
-    em: float  # embedding leg, normalised over the candidates
-    raw_kw: float
-    raw_em: float
-    rerank: float | None = None  # p(relevant) from the cross-encoder, when reranking is on
-
-    def as_dict(self) -> dict[str, Any]:
-        c = self.chunk
-        return {
-            "id": c.id, "doc": c.doc, "chunk": c.index, "start": c.start, "end": c.end,
-            "hybrid": self.hybrid, "kw": self.kw, "em": self.em,
-            "raw_kw": self.raw_kw, "raw_em": self.raw_em, "rerank": self.rerank, "text": c.text,
-        }
-
-
-@dataclass(frozen=True)
-class Retrieval:
-    """The outcome of one query: hits, or a refusal with its reason."""
-
-    query: str
-    hits: list[Hit]
-    refused: bool = False
-    reason: str = ""
-    best_raw_kw: float = 0.0
-    best_raw_em: float = 0.0
-    capped: list[str] = field(default_factory=list)  # ids the diversity cap pushed out
-
-
-# ---------------------------------------------------------------- fusion (pure)
-
-
-def minmax(x: np.ndarray) -> np.ndarray:
-    """Scale to [0, 1]; when every value is equal, all become 0 (the seed's rule)."""
-    if x.size == 0:
-        return x.astype(np.float64)
-    lo, hi = float(x.min()), float(x.max())
-    if hi - lo <= 0:
-        return np.zeros_like(x, dtype=np.float64)
-    return (x - lo) / (hi - lo)
-
-
-def fuse_minmax(kw: np.ndarray, em: np.ndarray, w_kw: float) -> np.ndarray:
-    """Convex blend of min-max-normalised legs: ``w_kw*kw + (1-w_kw)*em``."""
-    return w_kw * minmax(kw) + (1.0 - w_kw) * minmax(em)
-
-
-def ranks(x: np.ndarray) -> np.ndarray:
-    """1-based rank of each value, highest first, ties by position."""
-    order = np.lexsort((np.arange(x.size), -x))
-    r = np.empty(x.size, dtype=np.int64)
-    r[order] = np.arange(1, x.size + 1)
-    return r
-
-
-def fuse_rrf(kw: np.ndarray, em: np.ndarray, w_kw: float, k: int = 60) -> np.ndarray:
-    """Weighted reciprocal rank fusion (Cormack et al. 2009).
-
-    A chunk that shares no term with the query (keyword score 0) gets no keyword
-    contribution: ranking it among the zeros would be noise.
-    """
-    kw_part = np.where(kw > 0, w_kw / (k + ranks(kw)), 0.0)
-    return kw_part + (1.0 - w_kw) / (k + ranks(em))
-
-
-# Tokens a user copies verbatim: error codes (E-4012), hostnames (db-prod.bw.internal),
-# versions and ids (v2.3.1, AB12), paths and quoted strings. Embeddings blur these;
-# BM25 matches them exactly.
-_EXACT = rx.compile(rf"""^(?:[`'"].+[`'"]|.*{rx.DIGIT}.*[A-Za-z].*|.*[A-Za-z].*{rx.DIGIT}.*|/?[\pL\pN_-]+(?:[._:/\\][\pL\pN_-]+)+)$""")
-
-
-def looks_exact(token: str) -> bool:
-    """Whether ``token`` looks like something to match literally (code, host, id, path)."""
-    return bool(_EXACT.match(token.strip(",;?!()")))
-
-
-def dynamic_w_kw(query: str, w_kw: float, boost: float = 0.2) -> float:
-    """``w_kw`` raised by ``boost`` (capped at 1) when the query holds an exact-looking token."""
-    return min(1.0, w_kw + boost) if any(looks_exact(t) for t in query.split()) else w_kw
-
+from ..config import Settings
+from ..index import Index
+from ..index.ann import top_n
+from ..types import Chunk, Hit, Retrieval
+from .cap import ChunkDocs, diversity_cap
+from .fuse import dynamic_w_kw, fuse_minmax, fuse_rrf, minmax
+from .gate import GateSignals, exact_token_in, grounding_gate
 
 # ---------------------------------------------------------------- safeguards (pure)
-
-
-@dataclass(frozen=True)
-class GateSignals:
-    """What the grounding gate reads, all raw (never min-max normalised)."""
-
-    best_kw: float  # best raw keyword score (TF-IDF cosine or BM25)
-    best_em: float  # best raw embedding cosine
-    kwcov: float = 0.0  # best BM25 score / the query's BM25 ceiling (sum of IDF), 0..1
-    exact: str = ""  # an identifier from the query found verbatim in a top keyword hit
-
-
-def grounding_gate(sig: GateSignals, settings: Settings) -> str:
-    """'' when the corpus plausibly holds the answer; otherwise why we refuse.
-
-    ``kw``: the seed rule, raw TF-IDF cosine below ``min_kw``. ``em``: best cosine
-    below ``min_em``. ``either`` (default): refuse only when *both* legs are weak -
-    cosine below ``min_em`` and BM25 coverage below ``min_kwcov`` - and no code,
-    hostname or id typed in the query occurs verbatim in a top keyword hit
-    (embeddings blur ``E-4012``; a verbatim match is strong evidence).
-    Thresholds and their measured trade-off: benchmarks/results/gate.md.
-    """
-    g, s = settings.gate, settings
-    if g == "kw" and sig.best_kw < s.min_kw:
-        return f"best keyword match {sig.best_kw:.3f} is below min_kw {s.min_kw}"
-    if g == "em" and sig.best_em < s.min_em:
-        return f"best embedding match {sig.best_em:.3f} is below min_em {s.min_em}"
-    if g == "either" and sig.best_em < s.min_em and sig.kwcov < s.min_kwcov and not sig.exact:
-        return (f"best embedding match {sig.best_em:.3f} < min_em {s.min_em} and keyword coverage "
-                f"{sig.kwcov:.3f} < min_kwcov {s.min_kwcov}")
-    return ""
-
-
-def exact_token_in(query: str, texts: list[str]) -> str:
-    """The first exact-looking query token that occurs verbatim (case-insensitive) in ``texts``."""
-    lowered = [t.lower() for t in texts]
-    for tok in query.split():
-        tok = tok.strip(",;?!()'\"`")
-        if looks_exact(tok) and any(tok.lower() in t for t in lowered):
-            return tok
-    return ""
 
 
 def _ranked(scores: np.ndarray, m: int) -> list[int]:
@@ -167,35 +38,6 @@ def _ranked(scores: np.ndarray, m: int) -> list[int]:
     else:
         idx = np.arange(scores.size)
     return idx[np.lexsort((idx, -scores[idx]))].tolist()
-
-
-class _Docs:
-    """``docs[i]`` without building the list: the cap only looks at the first few."""
-
-    def __init__(self, chunks: list[Chunk]) -> None:
-        self.chunks = chunks
-
-    def __getitem__(self, i: int) -> str:
-        return self.chunks[i].doc
-
-
-def diversity_cap(order: list[int], docs, top_k: int, max_per_source: int) -> tuple[list[int], list[int]]:
-    """Walk ``order``; keep at most ``max_per_source`` per doc until ``top_k`` kept.
-
-    Returns (kept, skipped). ``max_per_source=0`` turns the cap off.
-    """
-    kept: list[int] = []
-    skipped: list[int] = []
-    per_doc: dict[str, int] = {}
-    for i in order:
-        if len(kept) == top_k:
-            break
-        if max_per_source and per_doc.get(docs[i], 0) >= max_per_source:
-            skipped.append(i)
-            continue
-        per_doc[docs[i]] = per_doc.get(docs[i], 0) + 1
-        kept.append(i)
-    return kept, skipped
 
 
 # ---------------------------------------------------------------- the step
@@ -297,10 +139,10 @@ def rank_candidates(
         order, rr = blend(hybrid, top, p_rel, settings.w_rerank), dict(zip(top, p_rel))
     # Deterministic ties: higher score first, then candidate (corpus) order.
     cap = settings.max_per_source if safeguards else 0
-    kept, skipped = diversity_cap(_ranked(order, settings.top_k * 8), _Docs(chunks), settings.top_k, cap)
+    kept, skipped = diversity_cap(_ranked(order, settings.top_k * 8), ChunkDocs(chunks), settings.top_k, cap)
     if len(kept) < settings.top_k and len(kept) + len(skipped) < len(chunks):
         # The cap ate the shortlist: walk the full ranking instead.
-        kept, skipped = diversity_cap(_ranked(order, len(chunks)), _Docs(chunks), settings.top_k, cap)
+        kept, skipped = diversity_cap(_ranked(order, len(chunks)), ChunkDocs(chunks), settings.top_k, cap)
     hits = [Hit(chunks[j], float(hybrid[j]), float(kw_n[j]), float(em_n[j]), float(raw_kw[j]), float(raw_em[j]),
                 float(rr[j]) if j in rr else None) for j in kept]
     return Retrieval(query, hits, best_raw_kw=best_kw, best_raw_em=best_em, capped=[chunks[j].id for j in skipped])

@@ -17,7 +17,7 @@ from pathlib import Path
 
 import numpy as np
 
-from .errors import ConfigError
+from ..errors import ConfigError
 
 _DTYPES = {"F32": np.float32, "F16": np.float16, "F64": np.float64}
 

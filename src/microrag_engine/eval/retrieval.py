@@ -22,10 +22,11 @@ from pathlib import Path
 
 import numpy as np
 
-from .config import Settings
-from .errors import CorpusError
-from .index import make_embedder, make_keyword
-from .retrieve import dynamic_w_kw, fuse_minmax, fuse_rrf
+from ..config import Settings
+from ..errors import CorpusError
+from ..index.embed import make_embedder
+from ..index.keyword import make_keyword
+from ..retrieve.fuse import dynamic_w_kw, fuse_minmax, fuse_rrf
 
 METRICS = ("ndcg@10", "recall@10", "recall@100", "mrr@10")
 

@@ -1,0 +1,1 @@
+"""Front end: ``microrag eval`` - retrieval quality on BEIR-format and QA sets (pytrec_eval)."""

@@ -1,0 +1,104 @@
+"""Step 2, keyword leg: scorers fitted on chunk texts, ``scores(query)`` per chunk.
+
+  * ``tfidf`` - the seed: tokens ``[a-zA-Z][a-zA-Z']+`` lower-cased,
+    ``idf = ln((N+1)/(df+1)) + 1``, score = cosine of tf-idf vectors;
+  * ``bm25``  - production: bm25s (Lucene variant) over stemmed, stop-worded tokens
+    that keep digits, so ``E-4012`` and ``build-01`` stay findable.
+Both satisfy ``KeywordScorer``: ``fit``, ``scores``, ``ceiling`` (the best score a
+query could reach, which the grounding gate reads as coverage).
+"""
+
+from __future__ import annotations
+
+from collections import Counter
+from collections.abc import Sequence
+
+import numpy as np
+
+from ..errors import ConfigError
+from ..text import bm25_tokens, seed_tokens
+
+
+class TfidfScorer:
+    """Seed TF-IDF cosine, exactly as the spec writes it."""
+
+    name = "tfidf"
+
+    def fit(self, texts: Sequence[str]) -> TfidfScorer:
+        from scipy.sparse import csr_matrix
+
+        docs = [Counter(seed_tokens(t)) for t in texts]
+        self.n = len(docs)
+        df = Counter(t for d in docs for t in d)
+        self.vocab = {t: i for i, t in enumerate(sorted(df))}
+        self.idf = np.array([np.log((self.n + 1) / (df[t] + 1)) + 1 for t in sorted(df)])
+        rows, cols, vals = [], [], []
+        for r, d in enumerate(docs):
+            for t, tf in d.items():
+                rows.append(r)
+                cols.append(self.vocab[t])
+                vals.append(tf * self.idf[self.vocab[t]])
+        self.matrix = csr_matrix((vals, (rows, cols)), shape=(self.n, len(self.vocab)), dtype=np.float64)
+        self.norms = np.sqrt(np.asarray(self.matrix.multiply(self.matrix).sum(axis=1)).ravel())
+        return self
+
+    def scores(self, query: str) -> np.ndarray:
+        q = np.zeros(len(self.vocab))
+        qnorm2 = 0.0
+        for t, tf in Counter(seed_tokens(query)).items():
+            # A term the corpus never saw has df=0: it still lengthens |q|, by the formula.
+            w = tf * (self.idf[self.vocab[t]] if t in self.vocab else np.log(self.n + 1) + 1)
+            qnorm2 += w * w
+            if t in self.vocab:
+                q[self.vocab[t]] = w
+        dot = self.matrix @ q
+        return dot / (np.sqrt(qnorm2) * self.norms + 1e-9)
+
+
+class BM25Scorer:
+    """BM25 (Lucene variant) via bm25s over :func:`bm25_tokens`."""
+
+    name = "bm25"
+
+    def __init__(self, k1: float = 0.9, b: float = 0.4) -> None:
+        self.k1, self.b = k1, b
+
+    def fit(self, texts: Sequence[str]) -> BM25Scorer:
+        import bm25s
+
+        self.n = len(texts)
+        self.model = bm25s.BM25(k1=self.k1, b=self.b, method="lucene")
+        corpus = [bm25_tokens(t) or ["\x00empty"] for t in texts]  # bm25s rejects empty docs
+        self.model.index(corpus, show_progress=False)
+        self.df = Counter(t for doc in corpus for t in set(doc))
+        return self
+
+    def idf(self, term: str) -> float:
+        """Lucene IDF, ``ln(1 + (N - df + 0.5) / (df + 0.5))``; unseen terms get the highest."""
+        df = self.df.get(term, 0)
+        return float(np.log(1 + (self.n - df + 0.5) / (df + 0.5)))
+
+    def ceiling(self, query: str) -> float:
+        """The most any chunk could score for ``query``: Lucene's term weight
+        saturates below 1, so it is the sum of the query terms' IDF."""
+        return sum(self.idf(t) for t in bm25_tokens(query))
+
+    def coverage(self, query: str, raw_best: float) -> float:
+        """``raw_best`` as a share of :meth:`ceiling`: 1 = every term matched heavily, 0 = none."""
+        ceiling = self.ceiling(query)
+        return raw_best / ceiling if ceiling > 0 else 0.0
+
+    def scores(self, query: str) -> np.ndarray:
+        tokens = bm25_tokens(query)
+        if not tokens or self.n == 0:
+            return np.zeros(self.n)
+        return np.asarray(self.model.get_scores(tokens), dtype=np.float64)
+
+
+def make_keyword(name: str, k1: float = 0.9, b: float = 0.4) -> TfidfScorer | BM25Scorer:
+    """The keyword scorer called ``name`` (unfitted)."""
+    if name == "tfidf":
+        return TfidfScorer()
+    if name == "bm25":
+        return BM25Scorer(k1=k1, b=b)
+    raise ConfigError(f"unknown keyword scorer {name!r}; choose tfidf or bm25")

@@ -1,0 +1,114 @@
+"""Text helpers shared by several steps: sentence spans, token counts, tokenisers.
+
+* ``sentence_spans`` - (start, end) of each sentence, never across a block
+  (paragraph, heading, list item, table row); used to chunk, to answer
+  extractively and to split premises for verification.
+* ``approx_tokens`` - a WordPiece-ish token count for budgets.
+* ``seed_tokens`` (the spec's TF-IDF tokens) and ``bm25_tokens`` (stemmed,
+  stop-worded, digits kept) - the keyword leg's tokenisers, also used by the
+  database store and the extractive answerer.
+"""
+
+from __future__ import annotations
+
+import re
+from functools import lru_cache
+
+from . import rx
+
+# A sentence ends at . ! ? (optionally closed by quotes/brackets) followed by space.
+_SENT_END = re.compile(r"(?<=[.!?])[\"')\]]*\s+(?=\S)")
+
+
+_BLOCK_START = rx.compile(rf"[ \t]*(?:#{{1,6}}{rx.SPACE}|[-*+]{rx.SPACE}|{rx.DIGIT}+[.)]{rx.SPACE}|\|)")
+
+
+_WORDPIECE = re.compile(r"\w+|[^\w\s]")
+
+
+def approx_tokens(text: str) -> int:
+    """A WordPiece-ish count: words and punctuation, +30% for sub-word splits, +2 specials."""
+    return int(len(_WORDPIECE.findall(text)) * 1.3) + 2
+
+
+def _blocks(text: str) -> list[tuple[int, int]]:
+    """Paragraph-like blocks: blank lines end one; headings, list items, table rows stand alone."""
+    blocks: list[tuple[int, int]] = []
+    start: int | None = None
+    pos = prev_end = 0
+    for line in text.splitlines(keepends=True):
+        s, e = pos, pos + len(line.rstrip("\r\n"))
+        pos += len(line)
+        if not line.strip():
+            if start is not None:
+                blocks.append((start, prev_end))
+                start = None
+            continue
+        if start is not None and _BLOCK_START.match(line):
+            blocks.append((start, prev_end))
+            start = None
+        if start is None:
+            start = s
+        prev_end = e
+        if line.lstrip().startswith("#"):  # a heading is its own block
+            blocks.append((start, e))
+            start = None
+    if start is not None:
+        blocks.append((start, prev_end))
+    return blocks
+
+
+def sentence_spans(text: str) -> list[tuple[int, int]]:
+    """(start, end) of each sentence, never crossing a block boundary."""
+    spans: list[tuple[int, int]] = []
+    for bs, be in _blocks(text):
+        block = text[bs:be]
+        cuts = [0] + [m.end() for m in _SENT_END.finditer(block)] + [len(block)]
+        for a, b in zip(cuts, cuts[1:]):
+            seg = block[a:b]
+            s = bs + a + (len(seg) - len(seg.lstrip()))
+            e = bs + a + len(seg.rstrip())
+            if e > s:
+                spans.append((s, e))
+    return spans
+
+
+SEED_TOKEN = re.compile(r"[a-zA-Z][a-zA-Z']+")
+
+
+WORD_TOKEN = re.compile(r"\w+")
+
+
+def seed_tokens(text: str) -> list[str]:
+    """The seed tokenizer: ASCII words of 2+ letters (apostrophes kept), lower-cased."""
+    return [t.lower() for t in SEED_TOKEN.findall(text)]
+
+
+@lru_cache(maxsize=1)
+def _stemmer():
+    import Stemmer  # PyStemmer (Snowball), a core dependency
+
+    return Stemmer.Stemmer("english")
+
+
+# bm25s' English list (33 words) plus question and pronoun words: "what does my ..."
+# carries no topic, and left in it dilutes BM25 coverage, which the grounding gate reads.
+EXTRA_STOPWORDS = """about above after again all am any because been before being below between both can
+could did do does doing down during each few from further had has have having he her here hers him his
+how i its itself just me more most my myself nor now only other our ours out over own same she should so
+some than those through too under until up very we were what when where which while who whom why would
+you your yours""".split()
+
+
+@lru_cache(maxsize=1)
+def _stopwords() -> frozenset[str]:
+    from bm25s.stopwords import STOPWORDS_EN
+
+    return frozenset(STOPWORDS_EN) | frozenset(EXTRA_STOPWORDS)
+
+
+def bm25_tokens(text: str) -> list[str]:
+    """Production tokenizer: unicode words incl. digits, lower-cased, stop-worded, stemmed."""
+    stop = _stopwords()
+    words = [w for w in WORD_TOKEN.findall(text.lower()) if w not in stop]
+    return _stemmer().stemWords(words)

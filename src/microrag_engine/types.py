@@ -1,0 +1,66 @@
+"""The records every step passes along: documents, chunks, retrieval hits.
+
+Plain frozen dataclasses with no behaviour beyond presenting themselves; every
+layer may import them, and they import nothing of ours.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from typing import Any
+
+
+@dataclass(frozen=True)
+class Chunk:
+    """One retrievable unit. ``text == source_text[start:end]`` for chunks we cut."""
+
+    id: str
+    doc: str
+    index: int
+    start: int
+    end: int
+    text: str
+
+
+@dataclass(frozen=True)
+class Document:
+    """A loaded document. ``prechunked`` holds chunks that came ready-made (.jsonl)."""
+
+    path: str
+    text: str
+    prechunked: tuple[Chunk, ...] = field(default=())
+    meta: tuple[tuple[str, str], ...] = field(default=())  # front-matter key/values, e.g. label
+
+
+@dataclass(frozen=True)
+class Hit:
+    """One retrieved chunk with every score that decided its place."""
+
+    chunk: Chunk
+    hybrid: float
+    kw: float  # keyword leg, normalised over the candidates
+    em: float  # embedding leg, normalised over the candidates
+    raw_kw: float
+    raw_em: float
+    rerank: float | None = None  # p(relevant) from the cross-encoder, when reranking is on
+
+    def as_dict(self) -> dict[str, Any]:
+        c = self.chunk
+        return {
+            "id": c.id, "doc": c.doc, "chunk": c.index, "start": c.start, "end": c.end,
+            "hybrid": self.hybrid, "kw": self.kw, "em": self.em,
+            "raw_kw": self.raw_kw, "raw_em": self.raw_em, "rerank": self.rerank, "text": c.text,
+        }
+
+
+@dataclass(frozen=True)
+class Retrieval:
+    """The outcome of one query: hits, or a refusal with its reason."""
+
+    query: str
+    hits: list[Hit]
+    refused: bool = False
+    reason: str = ""
+    best_raw_kw: float = 0.0
+    best_raw_em: float = 0.0
+    capped: list[str] = field(default_factory=list)  # ids the diversity cap pushed out
