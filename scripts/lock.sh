@@ -7,7 +7,9 @@ set -euo pipefail
 cd "$(dirname "$0")/../requirements"
 TOOLS=${LOCK_VENV:-$HOME/.cache/microrag/lock-venv}
 test -x "$TOOLS/bin/pip-compile" || { python3 -m venv "$TOOLS" && "$TOOLS/bin/pip" install -q 'pip-tools==7.6.2'; }
-compile() { "$TOOLS/bin/pip-compile" -q --upgrade --generate-hashes --strip-extras "$@" 2>&1 | grep -v '^WARNING: Location' || true; }
+# LOCK_KEEP=1 keeps every existing pin and only resolves what is new (a dependency added).
+UPGRADE=--upgrade; [ -n "${LOCK_KEEP:-}" ] && UPGRADE=
+compile() { "$TOOLS/bin/pip-compile" -q $UPGRADE --generate-hashes --strip-extras "$@" 2>&1 | grep -v '^WARNING: Location' || true; }
 # make test: every extra, the test-only references and the local LLM's runtime and build
 # dependencies, resolved together so one venv holds one consistent set. llama-cpp-python
 # itself stays out (scripts/install-llama.sh builds its wheel from source and caches it).

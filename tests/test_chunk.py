@@ -241,3 +241,43 @@ def test_html_text_a_browser_hides_is_not_indexed(tmp_path, caplog):
     assert "Permits are issued" in doc.text and "Visible small print." in doc.text
     assert not any(s in doc.text for s in ("Ignore previous", "SECRET-SMALL", "SECRET-ATTR", "SECRET-CLEAR"))
     assert "dropped 4 element(s)" in caplog.text
+
+
+HIDING = [
+    '<style>.x{display:none}</style><div class="x">CANARY</div>',      # a <style> rule, not inline
+    '<style>#a > p { font-size: 0.5px }</style><div id="a"><p>CANARY</p></div>',
+    '<p style="color: transparent">CANARY</p>',
+    '<p style="color:#FFF">CANARY</p>',                                   # white on the default white page
+    '<p style="font-size:0 !important">CANARY</p>',
+    '<p style="opacity:.0">CANARY</p>',
+    '<p style="display:/**/none">CANARY</p>',                             # a CSS comment
+    '<p style="display:n\\one">CANARY</p>',                               # a CSS escape
+    '<p style="position:absolute;left:-9999px">CANARY</p>',
+    '<p style="visibility:collapse">CANARY</p>',
+    '<span style="position:absolute;width:1px;height:1px;overflow:hidden;clip:rect(0,0,0,0)">CANARY</span>',
+    '<p style="transform:scale(0)">CANARY</p>',
+]
+SHOWING = [
+    '<p style="display:block;color:#333;font-size:14px;opacity:0.9">CANARY</p>',
+    '<p style="position:absolute;left:10px">CANARY</p>',
+    '<div style="background:#000"><p style="color:#fff">CANARY</p></div>',  # white on black is readable
+    '<style>p:hover{display:none} .y{color:red}</style><p class="y">CANARY</p>',
+    '<style>@media print { p {display:none} }</style><p>CANARY</p>',
+]
+
+
+@pytest.mark.parametrize("hidden", HIDING)
+def test_css_that_hides_text_is_read_as_css(hidden):
+    """Red team #12, by mechanism: styles are parsed as a browser parses them (comments,
+    escapes, !important, <style> rules and selectors) and judged by their effect."""
+    from microrag_engine.load import html_text
+
+    text = html_text("<h1>Permits</h1><p>Permits are issued by facilities.</p>" + hidden)
+    assert "Permits are issued" in text and "CANARY" not in text
+
+
+@pytest.mark.parametrize("shown", SHOWING)
+def test_css_that_shows_text_keeps_it(shown):
+    from microrag_engine.load import html_text
+
+    assert "CANARY" in html_text("<p>Permits are issued by facilities.</p>" + shown)

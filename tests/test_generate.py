@@ -20,8 +20,9 @@ from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 import pytest
 
 from conftest import stream_chat
+from microrag_engine.config import LLMConfig
 from microrag_engine.errors import LLMError, MicroRAGError
-from microrag_engine.runtime.llm import ChatStream, LLMConfig, chat, parse_sse_line
+from microrag_engine.runtime.llm import ChatStream, chat, parse_sse_line
 
 KEY = "sk-test-SECRET-123"
 MESSAGES = [

@@ -15,7 +15,8 @@ import httpx
 import pytest
 
 from conftest import ROOT, needs_models
-from microrag_engine.runtime.llm import ChatStream, LLMConfig
+from microrag_engine.config import LLMConfig
+from microrag_engine.runtime.llm import ChatStream
 
 pytestmark = pytest.mark.slow
 

@@ -67,7 +67,7 @@ def test_missing_or_foreign_folders_fail_clearly(tmp_path):
 
 
 def test_llm_judge_over_a_real_openai_compatible_server(llm_server):
-    from microrag_engine.runtime.llm import LLMConfig
+    from microrag_engine.config import LLMConfig
 
     llm_server.script(sse(_delta(content='{"verdict": "contradiction", "passage": 2}')),
                       sse(_delta(content="I think it is supported by [1]")))  # unparseable -> neutral

@@ -7,7 +7,7 @@ import json
 import pytest
 
 from conftest import FIXTURES, needs_shared, run_cli
-from microrag_engine.cli.main import format_hit, rank_line
+from microrag_engine.cli.query import format_hit, rank_line
 from microrag_engine.config import preset
 from microrag_engine.engine import Engine
 

@@ -19,9 +19,11 @@ pytest.importorskip("fastapi", reason="server extra not installed")
 import uvicorn  # noqa: E402
 
 from conftest import needs_models, stream_chat  # noqa: E402
-from microrag_engine.config import preset  # noqa: E402
+from microrag_engine.config import (
+    LLMConfig,  # noqa: E402
+    preset,  # noqa: E402
+)
 from microrag_engine.ingest import ingest_paths  # noqa: E402
-from microrag_engine.runtime.llm import LLMConfig  # noqa: E402
 from microrag_engine.server.app import ServerConfig, create_app  # noqa: E402
 from microrag_engine.server.auth import KeyStore  # noqa: E402
 from microrag_engine.server.state import ServerState  # noqa: E402

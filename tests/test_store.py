@@ -20,7 +20,7 @@ from hypothesis import strategies as st
 from conftest import ROOT, run_cli
 from microrag_engine.config import override, preset
 from microrag_engine.engine import Engine
-from microrag_engine.errors import ConfigError, CorpusError
+from microrag_engine.errors import ConfigError, CorpusError, MicroRAGError
 from microrag_engine.ingest import delete_documents, ingest_paths
 from microrag_engine.store import open_store
 
@@ -433,7 +433,8 @@ def test_a_jsonl_record_cannot_take_over_another_files_document(tmp_path):
 def test_postgres_statistics_see_only_what_the_caller_may_read(tmp_path):
     """Red team #3 on the database path: a quarantined upload stuffed with "vpn connect"
     must not move a reader's keyword scores at all, and a restricted document must not
-    move their IDF or coverage (lengths share one corpus-wide mean: SECURITY.md)."""
+    move their IDF or the gate's ceiling (its length still moves the one corpus-wide mean
+    length every stored weight uses, so raw scores and coverage: SECURITY.md residual)."""
     live = {"vpn.md": "To connect to the VPN open GlobalProtect. " * 3, "wifi.md": "Guest wifi password at reception. " * 3}
     secret = {"secret.md": "---\nlabel: restricted\n---\nThe vpn root password is kiwi-42. " * 3}
     stuffed = {"stuffed.md": "---\nlabel: _quarantine\n---\n" + "vpn connect " * 200}
@@ -468,20 +469,51 @@ def test_postgres_statistics_see_only_what_the_caller_may_read(tmp_path):
 
 @needs_pg
 def test_postgres_store_with_global_statistics_is_rebuilt_per_label(tmp_path):
-    """A schema written before per-label statistics (one df per term) is migrated on open."""
+    """A format-1 schema (one global df per term, a mean length that counted quarantined
+    uploads) is migrated on open: per-label statistics, the mean of approved chunks only,
+    format 2 (which a format-1 binary refuses rather than misreads)."""
     from microrag_engine.store.postgres import PostgresStore
 
-    store = _pg_store()
+    files = {"vpn.md": "To connect to the VPN open GlobalProtect. " * 3, "wifi.md": "Guest wifi password at reception. " * 3}
+    stuffed = {"stuffed.md": "---\nlabel: _quarantine\n---\n" + "vpn connect " * 200}
+    settings = override(SEED, keyword="bm25")
+    store, fresh = _pg_store(), _pg_store()
     try:
-        ingest_paths(store, [write(tmp_path / "docs", {**CORPUS})], SEED)
-        with store.conn.transaction():
+        ingest_paths(store, [write(tmp_path / "old", {**files, **stuffed})], settings)
+        ingest_paths(fresh, [write(tmp_path / "fresh", files)], settings)
+        total = store._x("SELECT sum(dl)::float / count(*) FROM chunks").fetchone()[0]
+        with store.conn.transaction():  # what format 1 wrote
             store._x("DROP TABLE term_df")
             store._x("DROP TABLE label_stats")
             store._x("CREATE TABLE term_df (term BIGINT PRIMARY KEY, df INTEGER NOT NULL)")
             store._x("INSERT INTO term_df SELECT term, count(*) FROM chunks, unnest(terms) term GROUP BY term")
+            store._x("UPDATE meta SET value = '1' WHERE key = 'format_version'")
+            store._x("UPDATE meta SET value = %s WHERE key = 'avgdl'", (repr(total),))
+        store._reweight(total)
         reopened = PostgresStore(os.environ["MICRORAG_TEST_PG"], schema=store.schema)
-        assert reopened.check() == []
+        assert reopened.check() == [] and reopened.meta()["format_version"] == "2"
+        assert float(reopened.meta()["avgdl"]) == pytest.approx(float(fresh.meta()["avgdl"]))
+        qvec = Engine.from_store(fresh, settings, remote=False).index.embedder.embed(["vpn connect"])[0]
+        got = {c.id: kw for c, kw, _ in reopened.search("vpn connect", qvec, ["public"])[0]}
+        want = {c.id: kw for c, kw, _ in fresh.search("vpn connect", qvec, ["public"])[0]}
+        assert got == pytest.approx(want, rel=1e-6)
         reopened.close()
+        with store.conn.transaction():
+            store._x("UPDATE meta SET value = '3' WHERE key = 'format_version'")
+        with pytest.raises(MicroRAGError, match="format 3"):
+            PostgresStore(os.environ["MICRORAG_TEST_PG"], schema=store.schema)
+    finally:
+        for s in (store, fresh):
+            s.drop()
+            s.close()
+
+
+@needs_pg
+def test_postgres_first_ingest_of_wordless_text_is_not_a_crash(tmp_path):
+    store = _pg_store()
+    try:
+        ingest_paths(store, [write(tmp_path / "docs", {"z.md": "The and of it is to be."})], override(SEED, keyword="bm25"))
+        assert store.check() == [] and float(store.meta()["avgdl"]) > 0
     finally:
         store.drop()
         store.close()

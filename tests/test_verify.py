@@ -135,7 +135,7 @@ def hr_engine():
 
 @needs_models
 def test_engine_flags_an_invented_sentence_from_a_real_llm_stream(llm_server, hr_engine):
-    from microrag_engine.runtime.llm import LLMConfig
+    from microrag_engine.config import LLMConfig
 
     eng = hr_engine
     llm_server.script(sse(_delta(content="Full-time employees receive 20 paid vacation days per calendar year. "),

@@ -4,12 +4,19 @@
 seed TF-IDF, hashed 128-d embedding); ``default`` is what users get (sentence-aware
 chunks within the embedder's 256-token budget, BM25, all-MiniLM-L6-v2).
 Knob names are the spec's: ``size``, ``overlap``, ``top_k``, ``w_kw``,
-``max_per_source``, ``min_kw``. This module does no I/O.
+``max_per_source``, ``min_kw``.
+
+It is also the only reader of the process environment (bottom of this file):
+``MICRORAG_INDEX``, ``MICRORAG_PG_SCHEMA``, ``MICRORAG_MINILM_ONNX`` /
+``MICRORAG_MINILM_TOKENIZER`` and the model endpoint's ``LLM_BASE_URL``,
+``LLM_API_KEY``, ``LLM_MODEL``, ``LLM_MAX_TOKENS``. Nothing else here does I/O.
 """
 
 from __future__ import annotations
 
-from dataclasses import asdict, dataclass, fields, replace
+import os
+from collections.abc import Mapping
+from dataclasses import asdict, dataclass, field, fields, replace
 from typing import Any
 
 from .errors import ConfigError
@@ -133,3 +140,55 @@ def override(settings: Settings, **changes: Any) -> Settings:
     if unknown:
         raise ConfigError(f"unknown setting(s): {', '.join(sorted(unknown))}")
     return replace(settings, **{k: v for k, v in changes.items() if v is not None}).validate()
+
+
+# ---------------------------------------------------------------- the environment (read here only)
+
+DEFAULT_INDEX = ".microrag"
+
+
+def index_location() -> str:
+    """``$MICRORAG_INDEX`` or ``.microrag`` in the current directory."""
+    return os.environ.get("MICRORAG_INDEX") or DEFAULT_INDEX
+
+
+def pg_schema() -> str:
+    """The PostgreSQL schema when the URI names none: ``$MICRORAG_PG_SCHEMA`` or ``microrag``."""
+    return os.environ.get("MICRORAG_PG_SCHEMA") or "microrag"
+
+
+def minilm_files() -> tuple[str, str]:
+    """Overrides for the MiniLM graph and tokenizer (``""`` = from the model packages)."""
+    return os.environ.get("MICRORAG_MINILM_ONNX", ""), os.environ.get("MICRORAG_MINILM_TOKENIZER", "")
+
+
+def child_environment(**extra: str) -> dict[str, str]:
+    """This process's environment plus ``extra``, for a server we exec."""
+    return {**os.environ, **extra}
+
+
+@dataclass(frozen=True)
+class LLMConfig:
+    """Where and how to call the model. ``repr`` never shows the key."""
+
+    base_url: str
+    api_key: str = field(default="", repr=False)
+    model: str = "default"
+    temperature: float = 0.2
+    max_tokens: int | None = None  # cap the reply (LLM_MAX_TOKENS); small local models can ramble
+    max_retries: int = 2  # extra attempts after the first, for drops before any token
+    timeout: float = 60.0
+    backoff: float = 0.5  # seconds, doubled per retry
+
+    @classmethod
+    def from_env(cls, env: Mapping[str, str] | None = None) -> LLMConfig | None:
+        """From ``LLM_BASE_URL``/``LLM_API_KEY``/``LLM_MODEL``; ``None`` if no URL is set."""
+        env = os.environ if env is None else env  # the only reader: see above
+        url = env.get("LLM_BASE_URL", "").strip()
+        if not url:
+            return None
+        cap = env.get("LLM_MAX_TOKENS", "").strip()
+        if cap and not cap.isdigit():
+            raise ConfigError(f"LLM_MAX_TOKENS must be a whole number, got {cap!r}")
+        return cls(base_url=url.rstrip("/"), api_key=env.get("LLM_API_KEY", ""),
+                   model=env.get("LLM_MODEL", "") or "default", max_tokens=int(cap) if cap else None)

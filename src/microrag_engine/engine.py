@@ -17,7 +17,7 @@ import numpy as np
 
 from .augment import build_messages
 from .chunk import chunk_documents
-from .config import Settings
+from .config import LLMConfig, Settings
 from .errors import ConfigError, CorpusError
 from .generate import extractive_answer
 from .index import Index, build_index
@@ -25,7 +25,7 @@ from .index.embed import make_embedder
 from .index.keyword import make_keyword
 from .load import load_documents
 from .retrieve import rank_candidates, retrieve
-from .runtime.llm import ChatStream, LLMConfig
+from .runtime.llm import ChatStream
 from .types import Document, Retrieval
 from .verify import Verification, verify
 

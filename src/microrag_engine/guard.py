@@ -28,12 +28,17 @@ from . import rx
 
 # ---------------------------------------------------------------- canonical form
 
-# Characters that render as nothing, so they can carry text a reader never sees: format
-# controls (Cf: zero-width spaces and joiners, bidi controls, the soft hyphen, and the
-# Unicode tag block U+E0000-E007F that can spell a whole instruction), variation
-# selectors, the combining grapheme joiner and the Hangul fillers.
-_INVISIBLE_RANGES = ((0xFE00, 0xFE0F), (0xE0100, 0xE01EF), (0x180B, 0x180F), (0x034F, 0x034F),
-                     (0x115F, 0x1160), (0x3164, 0x3164), (0xFFA0, 0xFFA0))
+# Characters that render as nothing, so they can carry text a reader never sees: every
+# format control (Cf: zero-width spaces and joiners, bidi controls, the soft hyphen, the
+# tag block U+E0000-E007F that can spell a whole instruction) and every code point of
+# Unicode's Default_Ignorable_Code_Point property (DerivedCoreProperties.txt, 15.1):
+# variation selectors, the combining grapheme joiner, Hangul and Khmer fillers and the
+# reserved ranges that future versions may fill with more of the same. By property, not
+# by a list of characters seen in attacks (red team #7: U+17B4, U+FFF0, U+2065 passed).
+_INVISIBLE_RANGES = ((0x00AD, 0x00AD), (0x034F, 0x034F), (0x061C, 0x061C), (0x115F, 0x1160), (0x17B4, 0x17B5),
+                     (0x180B, 0x180F), (0x200B, 0x200F), (0x202A, 0x202E), (0x2060, 0x206F), (0x3164, 0x3164),
+                     (0xFE00, 0xFE0F), (0xFEFF, 0xFEFF), (0xFFA0, 0xFFA0), (0xFFF0, 0xFFF8), (0x1BCA0, 0x1BCA3),
+                     (0x1D173, 0x1D17A), (0xE0000, 0xE0FFF))
 
 
 # Zero-width (non-)joiners spell Persian and Indic words and join emoji: stored text

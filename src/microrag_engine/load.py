@@ -15,7 +15,6 @@ import re
 from collections.abc import Iterable, Iterator
 from pathlib import Path
 
-from . import rx
 from .errors import CorpusError
 from .types import Chunk, Document
 
@@ -54,12 +53,107 @@ def _read_text(path: Path) -> str:
     return raw.decode("utf-8")  # UnicodeDecodeError is a ValueError
 
 
-_HIDDEN_STYLE = rx.compile(r"(?i)display\s*:\s*none|visibility\s*:\s*hidden|font-size\s*:\s*0(?:\.0*)?(?:px|pt|em|rem|%)?\s*(?:;|$)"
-                           r"|opacity\s*:\s*0(?:\.0*)?\s*(?:;|$)")
-
-
 def _read_html(path: Path) -> str:
     return html_text(_read_text(path), path.name)
+
+
+# ---------------------------------------------------------------- what a browser would not show
+
+# Red team #12: instructions hidden from the reader but indexed for the model. Styles are
+# parsed as CSS (tinycss2: comments, escapes and !important handled as a browser does),
+# inline and in <style> rules (matched with soupsieve's selectors), and judged by effect.
+_OFFSCREEN_PX = 999  # position/indent this far off the page (the "left:-9999px" trick)
+
+
+def _values(decl) -> list:
+    return [t for t in decl.value if t.type not in ("whitespace", "comment")]
+
+
+def _length_px(token) -> float | None:
+    """A length in CSS px where the unit says so (0 in any unit is 0); None otherwise."""
+    if token.type == "number" and token.value == 0:
+        return 0.0
+    if token.type == "percentage":
+        return token.value / 100 * 16
+    if token.type == "dimension":
+        scale = {"px": 1, "pt": 4 / 3, "em": 16, "rem": 16, "ex": 8, "ch": 8, "cm": 37.8, "mm": 3.78, "in": 96}.get(token.lower_unit)
+        return None if scale is None else token.value * scale
+    return None
+
+
+def _transparent(tokens) -> bool:
+    from tinycss2.color3 import parse_color
+
+    color = parse_color(tokens[0]) if len(tokens) == 1 else None
+    return color is not None and color != "currentColor" and (color.alpha <= 0.05 or color[:3] == (1.0, 1.0, 1.0))
+
+
+def _hides(declarations: list) -> str:
+    """Why these declarations hide an element's text ("" when they do not)."""
+    found = {d.lower_name: _values(d) for d in declarations if d.type == "declaration"}
+    first = {k: (v[0] if v else None) for k, v in found.items()}
+    ident = {k: (t.lower_value if t is not None and t.type == "ident" else "") for k, t in first.items()}
+    if ident.get("display") == "none":
+        return "display:none"
+    if ident.get("visibility") in ("hidden", "collapse"):
+        return "visibility"
+    opacity = first.get("opacity")
+    if opacity is not None and opacity.type in ("number", "percentage") and opacity.value <= (5 if opacity.type == "percentage" else 0.05):
+        return "opacity"
+    size = _length_px(first["font-size"]) if first.get("font-size") is not None else None
+    if size is not None and size < 2:
+        return "font-size"
+    # White or transparent text (a page without a background is white): as with PDFs.
+    if found.get("color") and "background" not in found and "background-color" not in found and _transparent(found["color"]):
+        return "colour"
+    for prop in ("left", "top", "right", "text-indent", "margin-left", "margin-top"):
+        off = _length_px(first[prop]) if first.get(prop) is not None else None
+        if off is not None and off <= -_OFFSCREEN_PX:
+            return "off-screen"
+    if ident.get("overflow") == "hidden" and any(
+            first.get(p) is not None and _length_px(first[p]) is not None and _length_px(first[p]) <= 1 for p in ("width", "height")):
+        return "zero size"
+    clip = found.get("clip-path") or found.get("clip")
+    if clip and clip[0].type == "function" and clip[0].lower_name in ("inset", "rect", "circle"):
+        args = [_length_px(t) for t in clip[0].arguments if t.type in ("number", "dimension", "percentage")]
+        if clip[0].lower_name == "inset" and any(t.type == "percentage" and t.value >= 50 for t in clip[0].arguments):
+            return "clipped"
+        if args and all(a == 0 for a in args if a is not None):
+            return "clipped"
+    transform = first.get("transform")
+    if transform is not None and transform.type == "function" and transform.lower_name.startswith("scale"):
+        if any(t.type == "number" and t.value == 0 for t in transform.arguments):
+            return "scaled to zero"
+    return ""
+
+
+def _hidden_elements(soup) -> list:
+    """Elements whose text a browser would not show: the ``hidden`` attribute, hiding
+    inline styles, and elements a hiding <style> rule selects."""
+    import tinycss2
+
+    def background(tag) -> bool:  # white text is only hidden on the default white page
+        return any("background" in (t.get("style") or "").lower() or t.has_attr("bgcolor") for t in [tag, *tag.parents])
+
+    sheets = " ".join(sheet.get_text() for sheet in soup.find_all("style")).lower()
+    hidden = [tag for tag in soup.find_all(True) if tag.has_attr("hidden")]
+    for tag in soup.find_all(style=True):
+        why = _hides(tinycss2.parse_declaration_list(tag["style"], skip_comments=True, skip_whitespace=True))
+        if why and not (why == "colour" and ("background" in sheets or background(tag))):
+            hidden.append(tag)
+    for sheet in soup.find_all("style"):
+        for rule in tinycss2.parse_stylesheet(sheet.get_text(), skip_comments=True, skip_whitespace=True):
+            if rule.type != "qualified-rule":
+                continue  # @media and friends: screen-dependent, left alone
+            declarations = tinycss2.parse_declaration_list(rule.content, skip_comments=True, skip_whitespace=True)
+            why = _hides(declarations)
+            if not why or (why == "colour" and "background" in sheets):
+                continue
+            try:
+                hidden += soup.select(tinycss2.serialize(rule.prelude).strip())
+            except Exception:  # a selector soupsieve does not know (:hover, vendor pseudo-classes)
+                continue
+    return hidden
 
 
 def html_text(html: str, name: str = "page") -> str:
@@ -67,14 +161,12 @@ def html_text(html: str, name: str = "page") -> str:
     from bs4 import BeautifulSoup  # core dependency; imported late to keep start-up fast
 
     soup = BeautifulSoup(html, "html.parser")
+    hidden = _hidden_elements(soup)  # before <style> goes: its rules hide elements too
     for tag in soup(["script", "style", "noscript", "template"]):
         tag.decompose()
-    # Text a browser never shows (red team #12: instructions hidden from the reader but
-    # indexed for the model) is dropped, and the drop is said.
-    hidden = [tag for tag in soup.find_all(True) if tag.has_attr("hidden") or _HIDDEN_STYLE.search(tag.get("style") or "")]
     if hidden:
-        log.warning("%s: dropped %d element(s) a browser would not show (hidden, display:none, "
-                    "visibility:hidden, zero size or opacity)", name, len(hidden))
+        log.warning("%s: dropped %d element(s) a browser would not show (hidden, display:none, visibility, "
+                    "zero size, opacity or font, white or transparent text, off-screen, clipped)", name, len(hidden))
         for tag in hidden:
             if not tag.decomposed:
                 tag.decompose()

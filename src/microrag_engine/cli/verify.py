@@ -1,9 +1,9 @@
-"""``microrag verify`` and the verification flags ``ask`` shares with it.
+"""``microrag verify`` - check an answer's sentences against context chunks (NLI).
 
 Context is given as chunks, one per paragraph; each answer sentence gets a
 verdict (supported / unsupported / contradicted), its probability and the
-chunk that decided it. The checking itself is ``verify.py``; this module only
-parses arguments and prints.
+chunk that decided it. The checking itself is ``verify/``; this module only
+parses arguments and prints. ``ask --verify`` prints verdicts with ``verdict_line``.
 """
 
 from __future__ import annotations
@@ -14,37 +14,26 @@ import re
 import sys
 from pathlib import Path
 
-from ..config import VERIFY_POLICIES
 from ..errors import MicroRAGError
+from ..verify import SentenceVerdict, verify
+from ..verify.nli import load_nli
+from .options import add_output, add_verification, settings_for
 
 
-def unit_float(text: str) -> float:
-    try:
-        value = float(text)
-    except ValueError:
-        raise argparse.ArgumentTypeError(f"expected a number between 0 and 1, got {text!r}") from None
-    if not 0.0 <= value <= 1.0:
-        raise argparse.ArgumentTypeError(f"expected a number between 0 and 1, got {text!r}")
-    return value
-
-
-def verify_flags() -> argparse.ArgumentParser:
-    p = argparse.ArgumentParser(add_help=False)
-    g = p.add_argument_group("verification")
-    g.add_argument("--policy", choices=VERIFY_POLICIES,
-                   help="unsupported sentences: flag them (default), drop them, or refuse the answer")
-    g.add_argument("--nli", metavar="MODEL",
-                   help="'shipped' (default), 'llm' (LLM_BASE_URL as judge), or a Hugging Face model folder")
-    g.add_argument("--min-entail", type=unit_float, metavar="P",
-                   help="entailment probability a sentence needs (default: the model's calibrated value)")
-    return p
-
+def register(sub: argparse._SubParsersAction) -> None:
+    v = sub.add_parser("verify", help="check an answer's sentences against context chunks (NLI)")
+    v.add_argument("--context", required=True, metavar="FILE",
+                   help="the chunks, one per paragraph (blank-line separated); '-' for stdin")
+    v.add_argument("--answer", required=True, metavar="TEXT", help="the answer to check; '-' for stdin")
+    add_verification(v)
+    add_output(v)
+    v.set_defaults(run=cmd_verify)
 
 
 MARKS = {"entailed": "✓ supported   ", "neutral": "? unsupported ", "contradicted": "✗ contradicted"}
 
 
-def verdict_line(v) -> str:
+def verdict_line(v: SentenceVerdict) -> str:
     """One sentence's verdict for a terminal: mark, probability, deciding chunk, sentence."""
     where = f" [{v.chunk}]" if v.chunk is not None else ""
     missing = f"  (not in the sources: {', '.join(v.missing)})" if v.missing else ""
@@ -65,9 +54,6 @@ def _read_arg(value: str, what: str) -> str:
 
 
 def cmd_verify(args: argparse.Namespace) -> int:
-    from ..verify import verify
-    from ..verify.nli import load_nli
-
     if args.context == "-" and args.answer == "-":
         raise MicroRAGError("only one of --context and --answer can be read from stdin")
     context, answer = _read_arg(args.context, "context"), _read_arg(args.answer, "answer")
@@ -76,9 +62,7 @@ def cmd_verify(args: argparse.Namespace) -> int:
         raise MicroRAGError("--context holds no text; give one chunk per paragraph")
     if not answer.strip():
         raise MicroRAGError("--answer is empty")
-    from .main import _settings
-
-    s = _settings(args, args.preset or "default")
+    s = settings_for(args, "default")
     result = verify(answer, [(str(i + 1), c) for i, c in enumerate(chunks)], load_nli(s.nli),
                     policy=s.verify_policy, min_entail=s.min_entail, min_contra=s.min_contra,
                     fact_check=s.verify_facts)

@@ -58,7 +58,8 @@ class Index:
         return cosines(self.vectors, self.query_vector(query))
 
 
-def build_index(chunks: Sequence, keyword: str = "bm25", embedder: str = "minilm", k1: float = 0.9, b: float = 0.4, progress: bool = False) -> Index:
+def build_index(chunks: Sequence, keyword: str = "bm25", embedder: str = "minilm", k1: float = 0.9, b: float = 0.4,
+                progress: bool = False) -> Index:
     """Fit the keyword leg and embed every chunk (batched; a progress bar if asked)."""
     emb = make_embedder(embedder)
     texts = [c.text for c in chunks]

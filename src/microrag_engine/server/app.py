@@ -28,13 +28,13 @@ from starlette.exceptions import HTTPException as StarletteHTTPException
 
 from .. import guard
 from ..augment import build_messages
-from ..config import Settings, override
+from ..config import LLMConfig, Settings, override
 from ..engine import Engine
 from ..errors import LLMError, MicroRAGError
 from ..generate import extractive_answer
 from ..ingest import apply_dlp, delete_documents, ingest_documents, store_form
 from ..load import jsonl_documents, load_documents, parse_upload
-from ..runtime.llm import ChatStream, LLMConfig
+from ..runtime.llm import ChatStream
 from ..store.base import Store
 from ..types import Document
 from .auth import ANONYMOUS, KeyStore, Principal

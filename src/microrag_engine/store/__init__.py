@@ -7,17 +7,15 @@
 
 from __future__ import annotations
 
-import os
 from pathlib import Path
 
+from ..config import DEFAULT_INDEX, index_location, pg_schema
 from .base import DocRecord, DocUpdate, Snapshot, Store
-
-DEFAULT_INDEX = ".microrag"
 
 
 def default_location() -> str:
-    """``$MICRORAG_INDEX`` or ``.microrag`` in the current directory."""
-    return os.environ.get("MICRORAG_INDEX") or DEFAULT_INDEX
+    """``$MICRORAG_INDEX`` or ``.microrag`` in the current directory (see ``config``)."""
+    return index_location()
 
 
 def open_store(location: str | Path | None = None, create: bool = True) -> Store:
@@ -39,7 +37,7 @@ def split_schema(uri: str) -> tuple[str, str]:
 
     parts = urlsplit(uri)
     query = parse_qsl(parts.query)
-    schema = next((v for k, v in query if k == "schema"), None) or os.environ.get("MICRORAG_PG_SCHEMA", "microrag")
+    schema = next((v for k, v in query if k == "schema"), None) or pg_schema()
     rest = urlencode([(k, v) for k, v in query if k != "schema"])
     return urlunsplit(parts._replace(query=rest)), schema
 
@@ -53,4 +51,4 @@ def store_exists(location: str | Path | None = None) -> bool:
     return (p / "index.sqlite").exists() or (p.suffix == ".sqlite" and p.exists())
 
 
-__all__ = ["DocRecord", "DocUpdate", "Snapshot", "Store", "open_store", "store_exists", "default_location"]
+__all__ = ["DEFAULT_INDEX", "DocRecord", "DocUpdate", "Snapshot", "Store", "open_store", "store_exists", "default_location"]

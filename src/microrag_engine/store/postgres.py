@@ -28,10 +28,11 @@ import numpy as np
 from ..errors import MicroRAGError
 from ..text import bm25_tokens
 from ..types import Chunk
-from .base import FORMAT_VERSION, DocRecord, DocUpdate, Snapshot, Store, check_snapshot
+from .base import DocRecord, DocUpdate, Snapshot, Store, check_snapshot
 
 TERM_SPACE = 999_999_937  # hashed term ids (pgvector caps sparsevec at 1e9 dims); collisions at 1e6 terms ~0.1%
 REWEIGHT_DRIFT = 0.10
+PG_FORMAT = 2  # 2: keyword statistics per label (format 1, global, is migrated on open)
 
 
 def term_id(term: str) -> int:
@@ -85,13 +86,13 @@ class PostgresStore(Store):
         self._x("""CREATE TABLE IF NOT EXISTS documents (
             doc TEXT PRIMARY KEY, content_hash TEXT NOT NULL, label TEXT NOT NULL, principal TEXT NOT NULL,
             origin TEXT NOT NULL, ingested_at TEXT NOT NULL, n_chunks INTEGER NOT NULL)""")
+        version = int(self.meta().get("format_version") or PG_FORMAT)
+        if version not in (1, PG_FORMAT):
+            raise MicroRAGError(f"schema {schema} has index format {version}; this microrag reads {PG_FORMAT}")
         dim = self.meta().get("dim")
         if dim:
             self._create_chunks(int(dim))
-        self._create_statistics()
-        version = self.meta().get("format_version")
-        if version and int(version) != FORMAT_VERSION:
-            raise MicroRAGError(f"schema {schema} has index format {version}; this microrag reads {FORMAT_VERSION}")
+        self._create_statistics(migrate=version < PG_FORMAT)
 
     def _x(self, sql: str, params=None):
         return self.conn.execute(sql, params)
@@ -108,24 +109,33 @@ class PostgresStore(Store):
         self._x("CREATE INDEX IF NOT EXISTS chunks_terms ON chunks USING gin (terms)")
         self._x("CREATE INDEX IF NOT EXISTS chunks_label ON chunks (label)")
 
-    def _create_statistics(self) -> None:
-        # Keyword statistics per label, so a search sums only what its caller may read
-        # (red team #3: hidden chunks must not move a reader's scores or coverage).
-        # Stores written before that kept one global df per term: rebuild from the chunks.
-        old = self._x("SELECT 1 FROM information_schema.columns WHERE table_schema = %s AND table_name = 'term_df' "
-                      "AND column_name = 'label'", (self.schema,)).fetchone() is None
-        exists = self._x("SELECT to_regclass(%s)", (f"{self.schema}.term_df",)).fetchone()[0] is not None
+    def _create_statistics(self, migrate: bool) -> None:
+        """Keyword statistics per label, so a search sums only what its caller may read
+        (red team #3: hidden chunks must not move a reader's IDF or the gate's ceiling).
+
+        Format 1 kept one global df per term: ``migrate`` rebuilds the statistics from
+        the chunks, re-weights them with the mean length of approved chunks only, and
+        writes format 2, which older binaries refuse instead of reading it wrongly.
+        """
         with self.lock, self.conn.transaction():
-            if exists and old:
-                self._x("DROP TABLE term_df")
+            if migrate:
+                self._x("LOCK TABLE meta IN EXCLUSIVE MODE")  # one process migrates; the rest wait and see format 2
+                migrate = int(self.meta().get("format_version") or PG_FORMAT) < PG_FORMAT
+            if migrate:
+                self._x("DROP TABLE IF EXISTS term_df")
+                self._x("DROP TABLE IF EXISTS label_stats")
             self._x("""CREATE TABLE IF NOT EXISTS term_df (term BIGINT NOT NULL, label TEXT NOT NULL,
                        df INTEGER NOT NULL, PRIMARY KEY (term, label))""")
             self._x("""CREATE TABLE IF NOT EXISTS label_stats (label TEXT PRIMARY KEY, n INTEGER NOT NULL,
                        total_dl BIGINT NOT NULL)""")
-            if exists and old and self.meta().get("dim"):
-                self._x("DELETE FROM label_stats")
-                self._x("INSERT INTO term_df SELECT term, label, count(*) FROM chunks, unnest(terms) term GROUP BY term, label")
-                self._x("INSERT INTO label_stats SELECT label, count(*), sum(dl) FROM chunks GROUP BY label")
+            if migrate:
+                if self.meta().get("dim"):
+                    self._x("INSERT INTO term_df SELECT term, label, count(*) FROM chunks, unnest(terms) term "
+                            "GROUP BY term, label")
+                    self._x("INSERT INTO label_stats SELECT label, count(*), sum(dl) FROM chunks GROUP BY label")
+                    avgdl = self._settle_avgdl(float(self.meta().get("avgdl") or 0))
+                    self._x("UPDATE meta SET value = %s WHERE key = 'avgdl'", (repr(avgdl),))
+                self._x("UPDATE meta SET value = %s WHERE key = 'format_version'", (str(PG_FORMAT),))
 
     def drop(self) -> None:
         """Delete the whole schema (tests, or starting over)."""
@@ -182,7 +192,7 @@ class PostgresStore(Store):
                     prepared.append((u, c, tf, sum(tf.values())))
                     if not u.record.label.startswith("_"):
                         n, total_dl = n + 1, total_dl + sum(tf.values())
-            avgdl = total_dl / n if n else 1.0
+            avgdl = total_dl / n if n and total_dl else 1.0  # no words at all: any positive mean will do
             # New rows use the avgdl the stored rows were weighted with, so all scores agree.
             weighted_with = float(self.meta().get("avgdl") or 0) or avgdl
             with self.conn.cursor() as cur:
@@ -201,7 +211,7 @@ class PostgresStore(Store):
                                 rows)
             for u in updates:
                 self._count_terms(u.record.doc, +1)
-            values = {**meta, "format_version": str(FORMAT_VERSION), "generation": str(gen),
+            values = {**meta, "format_version": str(PG_FORMAT), "generation": str(gen),
                       "avgdl": repr(self._settle_avgdl(weighted_with))}
             for k, v in values.items():
                 self._x("INSERT INTO meta VALUES (%s, %s) ON CONFLICT (key) DO UPDATE SET value = EXCLUDED.value",
@@ -212,8 +222,8 @@ class PostgresStore(Store):
         """The mean length the weights now use: re-weight every chunk once the live mean
         drifts more than ``REWEIGHT_DRIFT`` from the one they were built with."""
         stats = self._stats()
-        avgdl = stats["total_dl"] / stats["n"] if stats["n"] else weighted_with
-        if abs(avgdl - weighted_with) / weighted_with > REWEIGHT_DRIFT:
+        avgdl = stats["total_dl"] / stats["n"] if stats["n"] and stats["total_dl"] else max(weighted_with, 1.0)
+        if weighted_with <= 0 or abs(avgdl - weighted_with) / weighted_with > REWEIGHT_DRIFT:
             self._reweight(avgdl)
             return avgdl
         return weighted_with

@@ -23,7 +23,7 @@ from pathlib import Path
 import numpy as np
 
 from ..errors import ConfigError, ModelMissingError
-from ..runtime.crossencoder import CrossEncoder, softmax, load_encoder
+from ..runtime.crossencoder import CrossEncoder, load_encoder, softmax
 from ..runtime.onnx import shipped_dir
 from ..text import sentence_spans
 
@@ -173,7 +173,7 @@ def _parse_judgement(text: str, n: int) -> tuple[int | None, int | None]:
 def load_nli(spec: str = "shipped"):
     """``shipped`` | ``llm`` | path to a model folder -> a backend with ``score_grid``."""
     if spec == "llm":
-        from ..runtime.llm import LLMConfig
+        from ..config import LLMConfig
 
         llm = LLMConfig.from_env()
         if llm is None:

@@ -1,0 +1,100 @@
+"""``microrag ingest | delete | check | documents`` - the persistent index.
+
+``ingest`` adds and updates documents incrementally (unchanged files are skipped,
+``--prune`` removes documents whose files are gone), ``delete`` removes documents by
+path, ``check`` verifies the index's integrity (exit 1 on a problem), ``documents``
+lists what is indexed with label and provenance.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import sys
+
+from ..config import override
+from ..ingest import delete_documents, ingest_paths
+from ..store import default_location, open_store
+from ..store.base import Store
+from .options import add_dlp, add_index, add_output, add_preset, preset_for, settings_for
+
+
+def register(sub: argparse._SubParsersAction) -> None:
+    ing = sub.add_parser("ingest", help="add or update documents in the persistent index")
+    ing.add_argument("paths", nargs="+", metavar="PATH", help="folders or files to ingest")
+    ing.add_argument("--label", help="sensitivity label for these documents (default: front-matter 'label:', else public)")
+    ing.add_argument("--prune", action="store_true", help="remove indexed documents whose files are gone")
+    add_dlp(ing)
+    add_preset(ing)
+    d = sub.add_parser("delete", help="remove documents from the index by doc path")
+    d.add_argument("docs", nargs="+", metavar="DOC", help="doc path as shown by 'microrag documents'")
+    c = sub.add_parser("check", help="verify the index's integrity (exit 1 on a problem)")
+    docs = sub.add_parser("documents", help="list indexed documents with label and provenance")
+    for p, run in ((ing, cmd_ingest), (d, cmd_delete), (c, cmd_check), (docs, cmd_documents)):
+        add_index(p)
+        add_output(p)
+        p.set_defaults(run=run)
+
+
+def _location(args: argparse.Namespace) -> str:
+    return args.index or default_location()
+
+
+def _existing(args: argparse.Namespace) -> Store:
+    return open_store(_location(args), create=False)
+
+
+def _print(args: argparse.Namespace, as_json: object, text: str) -> None:
+    if args.json:
+        json.dump(as_json, sys.stdout, indent=1)
+        print()
+    elif text:
+        print(text)
+
+
+def cmd_ingest(args: argparse.Namespace) -> int:
+    store = open_store(_location(args), create=True)
+    try:
+        settings = settings_for(args, args.preset or preset_for(store.meta()))
+        report = ingest_paths(store, args.paths, override(settings, dlp=args.dlp), label=args.label,
+                              prune=args.prune, progress=sys.stderr.isatty() and not args.quiet)
+    finally:
+        store.close()
+    _print(args, {**report.__dict__, "changes": report.changes}, f"{_location(args)}: {report.summary()}")
+    return 0
+
+
+def cmd_delete(args: argparse.Namespace) -> int:
+    store = _existing(args)
+    try:
+        report = delete_documents(store, args.docs)
+    finally:
+        store.close()
+    _print(args, {"removed": report.removed, "generation": report.generation},
+           f"removed {len(report.removed)} document(s): {', '.join(report.removed)}")
+    return 0
+
+
+def cmd_check(args: argparse.Namespace) -> int:
+    store = _existing(args)
+    try:
+        problems = store.check()
+        docs, gen = store.documents(), store.generation()
+    finally:
+        store.close()
+    chunks = sum(d.n_chunks for d in docs.values())
+    _print(args, {"ok": not problems, "problems": problems, "documents": len(docs), "chunks": chunks, "generation": gen},
+           "".join(f"PROBLEM: {p}\n" for p in problems)
+           + f"{'FAILED' if problems else 'OK'}: {len(docs)} documents, {chunks} chunks, generation {gen}")
+    return 1 if problems else 0
+
+
+def cmd_documents(args: argparse.Namespace) -> int:
+    store = _existing(args)
+    try:
+        docs = store.documents()
+    finally:
+        store.close()
+    _print(args, [d.__dict__ for d in docs.values()],
+           "\n".join(f"{d.doc}\t{d.n_chunks} chunks\t{d.label}\t{d.principal}\t{d.ingested_at}" for d in docs.values()))
+    return 0

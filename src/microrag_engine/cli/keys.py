@@ -1,0 +1,68 @@
+"""``microrag keys add | list | revoke`` - the server's API keys.
+
+Keys live beside the index (``<index>/keys.sqlite``; ``.microrag-server/`` for a
+PostgreSQL index), stored as SHA-256 hashes: ``add`` prints a key once.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import sys
+from pathlib import Path
+
+from ..server.auth import ROLES, KeyStore
+from ..store import default_location
+from .options import add_index, add_output, diag
+
+
+def register(sub: argparse._SubParsersAction) -> None:
+    ky = sub.add_parser("keys", help="manage server API keys: add | list | revoke")
+    ksub = ky.add_subparsers(dest="action", metavar="ACTION", required=True)
+    ka = ksub.add_parser("add", help="create a key (printed once)")
+    ka.add_argument("name", help="principal name; also the namespace of its uploads")
+    ka.add_argument("--role", choices=ROLES, default="reader")
+    ka.add_argument("--clearance", metavar="L1,L2", help="labels this key may read (public is always included)")
+    ka.add_argument("--trusted", action="store_true", help="contributor uploads go live without review")
+    kl = ksub.add_parser("list", help="list keys (never the keys themselves)")
+    kr = ksub.add_parser("revoke", help="revoke a key by id or name")
+    kr.add_argument("name", help="key id or principal name")
+    for p, run in ((ka, cmd_add), (kl, cmd_list), (kr, cmd_revoke)):
+        add_index(p)
+        add_output(p, json=p is kl)
+        p.set_defaults(run=run)
+
+
+def server_dir(index: str | None) -> Path:
+    """Where a server keeps its keys and state for ``index``."""
+    loc = index or default_location()
+    return Path(".microrag-server") if loc.startswith(("postgresql://", "postgres://")) else Path(loc)
+
+
+def _keys(args: argparse.Namespace) -> KeyStore:
+    return KeyStore(server_dir(args.index) / "keys.sqlite")
+
+
+def cmd_add(args: argparse.Namespace) -> int:
+    print(_keys(args).add(args.name, args.role, [x for x in (args.clearance or "public").split(",") if x], args.trusted))
+    if not args.quiet:
+        diag("store this key now: it is shown once and kept only as a hash")
+    return 0
+
+
+def cmd_list(args: argparse.Namespace) -> int:
+    rows = _keys(args).list()
+    if args.json:
+        json.dump(rows, sys.stdout, indent=1)
+        print()
+        return 0
+    for k in rows:
+        print(f"{k['id']}\t{k['name']}\t{k['role']}\t{k['clearance']}\t{'trusted' if k['trusted'] else 'untrusted'}"
+              f"\t{'REVOKED' if k['revoked'] else 'active'}\t{k['created']}")
+    return 0
+
+
+def cmd_revoke(args: argparse.Namespace) -> int:
+    _keys(args).revoke(args.name)
+    print(f"revoked {args.name}")
+    return 0
