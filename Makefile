@@ -10,7 +10,7 @@ DEMO_STAMP := $(VENV)/.demo-installed
 TEST_STAMP := $(VENV)/.test-installed
 REQ := requirements
 
-.PHONY: demo test venv lock clean
+.PHONY: demo test lint venv lock clean
 
 venv: $(TEST_STAMP)
 
@@ -50,7 +50,14 @@ demo: $(DEMO_STAMP)
 	$(BIN)/microrag ingest $(DEMO_CORPUS)
 	$(BIN)/microrag ask "how do I reset my password?"
 
-test: $(TEST_STAMP)
+# Style, the import layers (imports flow one way: pyproject.toml [tool.importlinter])
+# and types, before any test runs.
+lint: $(TEST_STAMP)
+	$(BIN)/ruff check src tests benchmarks training scripts
+	$(BIN)/lint-imports
+	$(BIN)/mypy
+
+test: lint
 	bash scripts/install-postgres.sh
 	bash scripts/install-chromium.sh
 	PY=$(BIN)/python bash scripts/install-llama.sh

@@ -49,7 +49,7 @@ def pairs(limit: int) -> list[tuple[str, str]]:
 
 def cpu_flags() -> list[str]:
     try:
-        flags = next(l for l in Path("/proc/cpuinfo").read_text().splitlines() if l.startswith("flags")).split()
+        flags = next(line for line in Path("/proc/cpuinfo").read_text().splitlines() if line.startswith("flags")).split()
     except (OSError, StopIteration):
         return []
     return sorted(f for f in flags if f.startswith(("avx512_vnni", "avx_vnni", "amx", "avx2", "avx512f")))
@@ -80,7 +80,8 @@ def dump(folder: Path, out: Path, limit: int, onnx: Path | None, no_fusion: bool
             enc._forward = NumpyBert({"num_attention_heads": 12, "num_hidden_layers": 6}, hf_weights(graph))
         probs = softmax(enc.logits(pairs(limit)))
     out.parent.mkdir(parents=True, exist_ok=True)
-    np.savez(out, probs=probs, meta=json.dumps({"model": str(onnx or folder), "limit": limit, "no_fusion": no_fusion, "numpy": numpy_ref, "cpu_flags": cpu_flags(),
+    np.savez(out, probs=probs, meta=json.dumps({"model": str(onnx or folder), "limit": limit, "no_fusion": no_fusion,
+                                               "numpy": numpy_ref, "cpu_flags": cpu_flags(),
                                                 "machine": platform.machine()}))
     print(f"{out}: {len(probs)} pairs")
 

@@ -95,7 +95,7 @@ def scaling(sizes=(10_000, 100_000, 1_000_000), queries: int = 200) -> list[dict
         index = Index(chunks, kw, None, vecs, ann=_maybe_ann(vecs, settings))
         build = time.perf_counter() - t
         state = {}
-        index.query_vector = lambda q: state["v"]
+        index.query_vector = lambda q, state=state: state["v"]
         lat = []
         for q, v in zip(qtexts, qv):
             state["v"] = v

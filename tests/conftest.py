@@ -1,16 +1,15 @@
-"""Shared fixtures: paths to ../shared and a CLI runner."""
+"""Shared fixtures: paths to ../shared, a CLI runner, a scripted model (helpers/ holds the rest)."""
 
 from __future__ import annotations
 
-import json
 import os
 import subprocess
 import sys
-import time
-from http.server import BaseHTTPRequestHandler
 from pathlib import Path
 
 import pytest
+
+from helpers.llm import ScriptedServer, start
 
 ROOT = Path(__file__).resolve().parents[1]
 # Dev-only tools (perturbations, NLI evaluation) live beside the package, not in the wheel.
@@ -59,19 +58,24 @@ def seed_kb() -> Path:
     return path
 
 
-def stream_chat(h: BaseHTTPRequestHandler, pieces: list[str], gap_s: float = 0.0) -> None:
-    """Answer an OpenAI chat request with a stream of ``pieces``, ``gap_s`` seconds apart
-    (a slow or stuck model), stopping quietly when the client hangs up at its deadline."""
-    h.send_response(200)
-    h.send_header("Content-Type", "text/event-stream")
-    h.end_headers()
+# ---------------------------------------------------------------- a scripted model
+
+@pytest.fixture(autouse=True)
+def _no_proxies(monkeypatch: pytest.MonkeyPatch) -> None:
+    # httpx honours proxy variables; the local server must be reached directly.
+    for var in ("HTTP_PROXY", "HTTPS_PROXY", "ALL_PROXY", "http_proxy", "https_proxy", "all_proxy"):
+        monkeypatch.delenv(var, raising=False)
+    monkeypatch.setenv("NO_PROXY", "127.0.0.1,localhost")
+
+
+@pytest.fixture
+def llm_server():
+    """A scripted OpenAI-compatible server (helpers/llm.py) on a loopback port."""
+    scripted = ScriptedServer(url="")
+    httpd, thread = start(scripted)
     try:
-        for piece in pieces:
-            chunk = {"object": "chat.completion.chunk", "choices": [{"index": 0, "delta": {"content": piece}}]}
-            h.wfile.write(f"data: {json.dumps(chunk)}\n\n".encode())
-            h.wfile.flush()
-            time.sleep(gap_s)
-        h.wfile.write(b"data: [DONE]\n\n")
-    except OSError:
-        pass
-    h.close_connection = True
+        yield scripted
+    finally:
+        httpd.shutdown()
+        httpd.server_close()
+        thread.join(timeout=2)

@@ -11,20 +11,16 @@ from __future__ import annotations
 import json
 import logging
 import socket
-import threading
 import time
-from collections.abc import Callable
-from dataclasses import dataclass, field
-from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+from http.server import BaseHTTPRequestHandler
 
 import pytest
 
-from conftest import stream_chat
+from helpers.llm import KEY, Responder, chunked_then_reset, delta, json_reply, sse, status, stream_chat
 from microrag_engine.config import LLMConfig
 from microrag_engine.errors import LLMError, MicroRAGError
 from microrag_engine.runtime.llm import ChatStream, chat, parse_sse_line
 
-KEY = "sk-test-SECRET-123"
 MESSAGES = [
     {"role": "system", "content": "Answer from the context."},
     {"role": "user", "content": "What is the refund window?"},
@@ -51,149 +47,11 @@ def _assert_clean_message(msg: str) -> None:
 
 # ---------------------------------------------------------------- the scripted server
 
-Responder = Callable[[BaseHTTPRequestHandler], None]
-
-
-def _delta(**delta: object) -> str:
-    return "data: " + json.dumps({"id": "c1", "object": "chat.completion.chunk", "choices": [{"index": 0, "delta": delta}]})
-
-
-def sse(*lines: str, done: bool = True) -> Responder:
-    """200 text/event-stream with these lines (each followed by a blank line, as SSE does).
-
-    ``done=False`` ends the body without ``data: [DONE]``; the server then closes the
-    connection (HTTP/1.0, no Content-Length), so the client sees a clean EOF mid-stream.
-    """
-    body = "".join(f"{line}\n\n" if line else "\n" for line in lines)
-    if done:
-        body += "data: [DONE]\n\n"
-
-    def respond(h: BaseHTTPRequestHandler) -> None:
-        h.send_response(200)
-        h.send_header("Content-Type", "text/event-stream")
-        h.send_header("Cache-Control", "no-cache")
-        h.end_headers()
-        h.wfile.write(body.encode("utf-8"))
-        h.wfile.flush()
-        h.close_connection = True
-
-    return respond
-
-
-def chunked_then_reset(*lines: str) -> Responder:
-    """HTTP/1.1 chunked SSE: some chunks, then the socket closes mid-body (no final chunk).
-
-    The client sees a protocol error (incomplete chunked read), not a clean EOF.
-    """
-
-    def respond(h: BaseHTTPRequestHandler) -> None:
-        h.wfile.write(b"HTTP/1.1 200 OK\r\nContent-Type: text/event-stream\r\nTransfer-Encoding: chunked\r\n\r\n")
-        for line in lines:
-            data = f"{line}\n\n".encode()
-            h.wfile.write(b"%x\r\n%s\r\n" % (len(data), data))
-        h.wfile.flush()
-        h.close_connection = True
-
-    return respond
-
-
-def status(code: int, body: str = "", ctype: str = "application/json") -> Responder:
-    def respond(h: BaseHTTPRequestHandler) -> None:
-        data = body.encode("utf-8")
-        h.send_response(code)
-        h.send_header("Content-Type", ctype)
-        h.send_header("Content-Length", str(len(data)))
-        h.end_headers()
-        h.wfile.write(data)
-        h.close_connection = True
-
-    return respond
-
-
-def json_reply(obj: object) -> Responder:
-    return status(200, json.dumps(obj), ctype="application/json; charset=utf-8")
-
-
-@dataclass
-class Recorded:
-    path: str
-    headers: dict[str, str]
-    body: object
-
-
-@dataclass
-class ScriptedServer:
-    url: str
-    responses: list[Responder] = field(default_factory=list)
-    requests: list[Recorded] = field(default_factory=list)
-    lock: threading.Lock = field(default_factory=threading.Lock)
-
-    def script(self, *responses: Responder) -> None:
-        with self.lock:
-            self.responses = list(responses)
-
-    def cfg(self, **kw: object) -> LLMConfig:
-        base = dict(base_url=self.url, api_key=KEY, model="m", backoff=0.0, timeout=5.0)
-        base.update(kw)
-        return LLMConfig(**base)  # type: ignore[arg-type]
-
-
-def _make_handler(server: ScriptedServer) -> type[BaseHTTPRequestHandler]:
-    class Handler(BaseHTTPRequestHandler):
-        protocol_version = "HTTP/1.0"
-
-        def log_message(self, format: str, *args: object) -> None:  # keep test output quiet
-            pass
-
-        def do_POST(self) -> None:  # noqa: N802
-            length = int(self.headers.get("Content-Length") or 0)
-            raw = self.rfile.read(length) if length else b""
-            try:
-                body: object = json.loads(raw)
-            except ValueError:
-                body = raw
-            with server.lock:
-                server.requests.append(Recorded(self.path, {k.lower(): v for k, v in self.headers.items()}, body))
-                respond = server.responses.pop(0) if server.responses else None
-            if self.path != "/chat/completions":
-                status(404, '{"error": "no such path"}')(self)
-            elif respond is None:
-                status(418, '{"error": "the test script ran out of responses"}')(self)
-            else:
-                respond(self)
-
-    return Handler
-
-
-@pytest.fixture(autouse=True)
-def _no_proxies(monkeypatch: pytest.MonkeyPatch) -> None:
-    # httpx honours proxy variables; the local server must be reached directly.
-    for var in ("HTTP_PROXY", "HTTPS_PROXY", "ALL_PROXY", "http_proxy", "https_proxy", "all_proxy"):
-        monkeypatch.delenv(var, raising=False)
-    monkeypatch.setenv("NO_PROXY", "127.0.0.1,localhost")
-
-
-@pytest.fixture
-def llm_server():
-    scripted = ScriptedServer(url="")
-    httpd = ThreadingHTTPServer(("127.0.0.1", 0), _make_handler(scripted))
-    httpd.daemon_threads = True
-    host, port = httpd.server_address[:2]
-    scripted.url = f"http://{host}:{port}"
-    thread = threading.Thread(target=httpd.serve_forever, kwargs={"poll_interval": 0.05}, daemon=True)
-    thread.start()
-    try:
-        yield scripted
-    finally:
-        httpd.shutdown()
-        httpd.server_close()
-        thread.join(timeout=2)
-
 
 GOOD = sse(
-    _delta(role="assistant"),
-    _delta(content="Refunds are "),
-    _delta(content="accepted for 30 days."),
+    delta(role="assistant"),
+    delta(content="Refunds are "),
+    delta(content="accepted for 30 days."),
 )
 
 
@@ -203,18 +61,18 @@ GOOD = sse(
 def test_normal_stream_joins_content_and_skips_everything_else(llm_server):
     llm_server.script(
         sse(
-            _delta(role="assistant"),  # role-only first delta
+            delta(role="assistant"),  # role-only first delta
             ": keep-alive",  # SSE comment
             "",  # blank line
-            _delta(reasoning_content="Let me think about refunds..."),
-            _delta(content="Refunds "),
-            _delta(reasoning="internal chain of thought"),
+            delta(reasoning_content="Let me think about refunds..."),
+            delta(content="Refunds "),
+            delta(reasoning="internal chain of thought"),
             "data: {not json",
             'data: {"choices": []}',
             "event: message",
-            _delta(content="are accepted "),
-            _delta(content=None),
-            _delta(content="for 30 days", reasoning_content="more thinking"),
+            delta(content="are accepted "),
+            delta(content=None),
+            delta(content="for 30 days", reasoning_content="more thinking"),
             "data:" + json.dumps({"choices": [{"delta": {"content": " [1]."}}]}),  # no space after "data:"
             "",
         )
@@ -259,7 +117,7 @@ def test_custom_temperature_model_and_no_key(llm_server):
 
 def test_drop_before_first_token_is_retried(llm_server):
     llm_server.script(
-        sse(_delta(role="assistant"), _delta(content=""), done=False),  # headers + role/empty delta, then EOF
+        sse(delta(role="assistant"), delta(content=""), done=False),  # headers + role/empty delta, then EOF
         GOOD,
     )
     stream = ChatStream(llm_server.cfg(), MESSAGES)
@@ -280,7 +138,7 @@ def test_empty_body_drop_is_retried(llm_server):
 
 def test_drops_before_first_token_on_every_attempt_raise(llm_server):
     cfg = llm_server.cfg(max_retries=3)
-    llm_server.script(*[sse(_delta(role="assistant"), ": keep-alive", done=False) for _ in range(6)])
+    llm_server.script(*[sse(delta(role="assistant"), ": keep-alive", done=False) for _ in range(6)])
     stream = ChatStream(cfg, MESSAGES)
     with pytest.raises(LLMError) as info:
         list(stream)
@@ -306,7 +164,7 @@ def test_zero_retries_means_one_request(llm_server):
 
 def test_drop_mid_stream_keeps_partial_text_and_does_not_retry(llm_server, caplog):
     llm_server.script(
-        sse(_delta(role="assistant"), _delta(content="Refunds are "), _delta(content="accepted for"), done=False),
+        sse(delta(role="assistant"), delta(content="Refunds are "), delta(content="accepted for"), done=False),
         GOOD,  # must NOT be used
     )
     stream = ChatStream(llm_server.cfg(), MESSAGES)
@@ -322,7 +180,7 @@ def test_drop_mid_stream_keeps_partial_text_and_does_not_retry(llm_server, caplo
 
 def test_chunked_connection_reset_mid_stream_is_truncated(llm_server):
     # A transport error (incomplete chunked body) after content, rather than a clean EOF.
-    llm_server.script(chunked_then_reset(_delta(content="Partial "), _delta(content="answer")), GOOD)
+    llm_server.script(chunked_then_reset(delta(content="Partial "), delta(content="answer")), GOOD)
     text, truncated = chat(llm_server.cfg(), MESSAGES)
     assert text == "Partial answer"
     assert truncated is True
@@ -330,7 +188,7 @@ def test_chunked_connection_reset_mid_stream_is_truncated(llm_server):
 
 
 def test_chunked_connection_reset_before_first_token_is_retried(llm_server):
-    llm_server.script(chunked_then_reset(_delta(role="assistant")), GOOD)
+    llm_server.script(chunked_then_reset(delta(role="assistant")), GOOD)
     stream = ChatStream(llm_server.cfg(), MESSAGES)
     assert "".join(stream) == "Refunds are accepted for 30 days."
     assert stream.attempts == 2 and stream.truncated is False
@@ -417,7 +275,8 @@ def test_multiline_error_body_still_gives_a_one_line_message(llm_server):
 
 def test_plain_json_reply_is_accepted(llm_server):
     llm_server.script(
-        json_reply({"id": "x", "object": "chat.completion", "choices": [{"index": 0, "message": {"role": "assistant", "content": "Whole answer [1]."}}]})
+        json_reply({"id": "x", "object": "chat.completion",
+                    "choices": [{"index": 0, "message": {"role": "assistant", "content": "Whole answer [1]."}}]})
     )
     stream = ChatStream(llm_server.cfg(), MESSAGES)
     assert list(stream) == ["Whole answer [1]."]

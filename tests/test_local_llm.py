@@ -6,7 +6,6 @@ Slow (the server loads SmolLM2-135M and generates on the CPU) but part of
 
 from __future__ import annotations
 
-import socket
 import subprocess
 import sys
 import time
@@ -15,22 +14,17 @@ import httpx
 import pytest
 
 from conftest import ROOT, needs_models
+from helpers.net import free_port
 from microrag_engine.config import LLMConfig
 from microrag_engine.runtime.llm import ChatStream
 
 pytestmark = pytest.mark.slow
 
 
-def _free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
-
-
 @pytest.fixture(scope="module")
 def local_llm(tmp_path_factory):
     pytest.importorskip("llama_cpp", reason="llama-cpp-python not installed: bash scripts/install-llama.sh")
-    port = _free_port()
+    port = free_port()
     # llama.cpp logs a lot: a file, not a pipe nobody reads (a full pipe would stall the server).
     log = open(tmp_path_factory.mktemp("llm") / "server.log", "w+")
     proc = subprocess.Popen([sys.executable, "-m", "microrag_engine.cli", "local-llm", "--port", str(port), "--n-ctx", "2048", "-q"],

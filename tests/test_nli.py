@@ -14,11 +14,11 @@ import pytest
 
 import tiny_models
 from conftest import TRAINING, needs_models
+from helpers.llm import delta, sse
 from microrag_engine.errors import ConfigError, ModelMissingError
 from microrag_engine.runtime.crossencoder import CrossEncoder
 from microrag_engine.runtime.onnx import shipped_dir
 from microrag_engine.verify.nli import LLMJudge, NLIModel, load_nli, windows
-from test_generate import _delta, _no_proxies, llm_server, sse  # noqa: F401  (fixtures)
 
 PAIRS = [("the cat sat on the mat", "a cat is red"), ("man runs", "the dog is not blue on the park mat"),
          ("the red dog", "the cat")]
@@ -69,8 +69,8 @@ def test_missing_or_foreign_folders_fail_clearly(tmp_path):
 def test_llm_judge_over_a_real_openai_compatible_server(llm_server):
     from microrag_engine.config import LLMConfig
 
-    llm_server.script(sse(_delta(content='{"verdict": "contradiction", "passage": 2}')),
-                      sse(_delta(content="I think it is supported by [1]")))  # unparseable -> neutral
+    llm_server.script(sse(delta(content='{"verdict": "contradiction", "passage": 2}')),
+                      sse(delta(content="I think it is supported by [1]")))  # unparseable -> neutral
     judge = LLMJudge(LLMConfig(base_url=llm_server.url, backoff=0.0))
     grid = judge.score_grid(["Vacation is 20 days.", "Sick leave is 10 days."], ["Sick leave is 30 days.", "Hm."])
     assert grid[0] == [(0.0, 1.0, 0.0), (0.0, 0.0, 1.0)]

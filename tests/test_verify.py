@@ -10,6 +10,7 @@ import json
 import pytest
 
 from conftest import needs_models, run_cli
+from helpers.llm import delta, sse
 from microrag_engine.verify import (
     CONTRADICTED,
     ENTAILED,
@@ -22,7 +23,6 @@ from microrag_engine.verify import (
     strip_citations,
     verify,
 )
-from test_generate import _delta, _no_proxies, llm_server, sse  # noqa: F401  (fixtures)
 
 
 class Scripted:
@@ -56,7 +56,8 @@ class Scripted:
     # a tag opening a new line with text after it belongs to that line
     ("The VPN is required.\n[2] Rotate keys weekly.", ["The VPN is required.", "[2] Rotate keys weekly."]),
     # list items are sentences of their own, bullets stripped
-    ("Steps:\n1. Open the portal.\n2) Enter your name\n- Approve the push", ["Steps:", "Open the portal.", "Enter your name", "Approve the push"]),
+    ("Steps:\n1. Open the portal.\n2) Enter your name\n- Approve the push",
+     ["Steps:", "Open the portal.", "Enter your name", "Approve the push"]),
     ("", []),
 ])
 def test_split_sentences(answer, expected):
@@ -138,8 +139,8 @@ def test_engine_flags_an_invented_sentence_from_a_real_llm_stream(llm_server, hr
     from microrag_engine.config import LLMConfig
 
     eng = hr_engine
-    llm_server.script(sse(_delta(content="Full-time employees receive 20 paid vacation days per calendar year. "),
-                          _delta(content="Every employee also gets a free company car.")))
+    llm_server.script(sse(delta(content="Full-time employees receive 20 paid vacation days per calendar year. "),
+                          delta(content="Every employee also gets a free company car.")))
     ans = eng.ask("how many vacation days do I get?", llm=LLMConfig(base_url=llm_server.url, backoff=0.0), verify=True)
     verdicts = [s.verdict for s in ans.verification.sentences]
     assert verdicts[0] == ENTAILED and verdicts[1] != ENTAILED

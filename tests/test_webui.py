@@ -19,7 +19,7 @@ pytestmark = pytest.mark.skipif(not Path(CHROMIUM).exists(), reason="Debian's ch
                                 "(make test installs it: scripts/install-chromium.sh)")
 
 from conftest import needs_models  # noqa: E402
-from test_server import Running  # noqa: E402
+from helpers.server import Running  # noqa: E402
 
 ARGS = ["--headless=new", "--no-sandbox", "--disable-gpu", "--disable-quic", "--no-first-run",
         "--disable-background-networking", "--disable-component-update", "--disable-sync"]

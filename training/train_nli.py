@@ -136,7 +136,8 @@ def main(argv: list[str] | None = None) -> None:
         return
 
     model = AutoModelForSequenceClassification.from_pretrained(
-        args.init or base_dir(), num_labels=len(labels), ignore_mismatched_sizes=bool(args.init), id2label=id2label, label2id={v: k for k, v in id2label.items()}
+        args.init or base_dir(), num_labels=len(labels), ignore_mismatched_sizes=bool(args.init), id2label=id2label,
+        label2id={v: k for k, v in id2label.items()}
     )
     # The word-embedding table is half the parameters; freezing it keeps the
     # vocabulary the sentence-embedding training learned and saves its updates.

@@ -191,12 +191,12 @@ def ingest_paths(
     progress: bool = False,
 ) -> IngestReport:
     """Ingest every readable file under ``paths``; with ``prune``, drop vanished files' documents."""
-    paths = [Path(p) for p in paths]
-    docs = load_documents(paths)
+    folders = [Path(p) for p in paths]
+    docs = load_documents(folders)
     if not docs:
-        raise CorpusError(f"no readable documents under {', '.join(map(str, paths))}; supported: .md .txt .html .pdf .jsonl")
-    roots = [str(p.resolve()) for p in paths]
-    origins = {d.path: _origin(paths, dict(d.meta).get("from_file", d.path)) for d in docs}
+        raise CorpusError(f"no readable documents under {', '.join(map(str, folders))}; supported: .md .txt .html .pdf .jsonl")
+    roots = [str(p.resolve()) for p in folders]
+    origins = {d.path: _origin(folders, dict(d.meta).get("from_file", d.path)) for d in docs}
     existing = store.documents()
     for d in docs:  # a .jsonl record may not take over a document another file provides
         old, source = existing.get(d.path), dict(d.meta).get("from_file")

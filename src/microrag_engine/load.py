@@ -14,6 +14,7 @@ import logging
 import re
 from collections.abc import Iterable, Iterator
 from pathlib import Path
+from typing import Any
 
 from .errors import CorpusError
 from .types import Chunk, Document
@@ -110,8 +111,8 @@ def _hides(declarations: list) -> str:
         off = _length_px(first[prop]) if first.get(prop) is not None else None
         if off is not None and off <= -_OFFSCREEN_PX:
             return "off-screen"
-    if ident.get("overflow") == "hidden" and any(
-            first.get(p) is not None and _length_px(first[p]) is not None and _length_px(first[p]) <= 1 for p in ("width", "height")):
+    sizes = [_length_px(first[p]) for p in ("width", "height") if first.get(p) is not None]
+    if ident.get("overflow") == "hidden" and any(size is not None and size <= 1 for size in sizes):
         return "zero size"
     clip = found.get("clip-path") or found.get("clip")
     if clip and clip[0].type == "function" and clip[0].lower_name in ("inset", "rect", "circle"):
@@ -221,7 +222,7 @@ def _visible_page_text(page) -> tuple[str, int]:
     text-showing operator in it was hidden. A piece that mixes hidden and visible text is
     kept: the visible words must not be lost (the residual risk, SECURITY.md).
     """
-    state = {"white": False, "mode": 0}
+    state: dict[str, Any] = {"white": False, "mode": 0}  # graphics state: fill is white, render mode, font size
     stack: list[dict] = []
     shown: list[bool] = []  # hidden? per text-showing operator since the last piece
     kept: list[str] = []

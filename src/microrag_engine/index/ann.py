@@ -64,7 +64,7 @@ class HNSW:
             idx = np.flatnonzero(allowed)
             scores = self.vectors[idx] @ q
             return idx[np.argsort(-scores)[:n]]
-        params = faiss.SearchParametersHNSW()
+        params = faiss.SearchParametersHNSW()  # type: ignore[attr-defined]  # (faiss ships partial stubs)
         # A filter that hides a share of the graph needs a proportionally wider beam.
         share = 1.0 if allowed is None else max(float(allowed.mean()), 1e-3)
         params.efSearch = int(max(self.ef_search, n) / share)

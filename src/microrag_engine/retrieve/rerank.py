@@ -13,6 +13,7 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 from functools import lru_cache
+from pathlib import Path
 
 import numpy as np
 
@@ -21,9 +22,9 @@ from ..runtime.onnx import shipped_dir
 
 
 @lru_cache(maxsize=2)
-def load_reranker(folder: str | None = None) -> CrossEncoder:
+def load_reranker(folder: str | Path | None = None) -> CrossEncoder:
     """The shipped reranker (or a cross-encoder folder with a 'relevant' label)."""
-    return load_encoder(folder or shipped_dir("rerank"))
+    return load_encoder(Path(folder) if folder else shipped_dir("rerank"))
 
 
 def relevance(model: CrossEncoder, query: str, texts: Sequence[str]) -> np.ndarray:

@@ -36,7 +36,7 @@ from ..ingest import apply_dlp, delete_documents, ingest_documents, store_form
 from ..load import jsonl_documents, load_documents, parse_upload
 from ..runtime.llm import ChatStream
 from ..store.base import Store
-from ..types import Document
+from ..types import Document, Retrieval
 from .auth import ANONYMOUS, KeyStore, Principal
 from .defences import Defences, naive_blocked, naive_despace, naive_output
 from .state import QUARANTINE, ServerState
@@ -101,7 +101,8 @@ class RateLimiter:
     """Per-principal sliding window; returns False when over the limit."""
 
     def __init__(self, per_minute: int) -> None:
-        self.per_minute, self.hits, self.lock = per_minute, defaultdict(list), threading.Lock()
+        self.per_minute, self.lock = per_minute, threading.Lock()
+        self.hits: defaultdict[str, list[float]] = defaultdict(list)
 
     def allow(self, who: str) -> bool:
         t = time.monotonic()
@@ -212,7 +213,7 @@ class _Turn:
     """One question on its way to an answer: what every answer step reads."""
 
     question: str
-    retrieval: object  # retrieve.Retrieval
+    retrieval: Retrieval
     who: Principal
     check: bool  # verify the answer
     deadline: float | None  # time.monotonic() by which to stop; None: no budget
@@ -351,7 +352,7 @@ def create_app(cfg: ServerConfig) -> FastAPI:
         raw = ("hmac-sha256:" + cfg.state.fingerprint(body.query)) if secrets else body.query
         if flags and cfg.input_guard == "block":
             cfg.state.audit(who.name, "query", safe_query, [], "blocked", flags, raw)
-            raise HTTPException(400, "the question was blocked by the input guard: " + "; ".join(verdict.reasons))
+            raise HTTPException(400, "the question was blocked by the input guard: " + "; ".join(verdict.reasons if verdict else []))
         eng = holder["engine"]
         if eng is None:
             raise MicroRAGError("the index is empty; ingest documents first")

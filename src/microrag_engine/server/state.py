@@ -91,7 +91,7 @@ class ServerState:
             cur = self.db.execute(
                 "INSERT INTO audit (ts, principal, action, query, hits, decision, flags, raw) VALUES (?,?,?,?,?,?,?,?)",
                 (now(), principal, action, query, json.dumps(hits), decision, json.dumps(flags), raw))
-            return int(cur.lastrowid)
+            return int(cur.lastrowid or 0)
 
     def fingerprint(self, text: str) -> str:
         """HMAC-SHA256 of ``text`` under this server's own key: lets an investigator holding
