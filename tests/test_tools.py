@@ -1,4 +1,4 @@
-"""server/tools.py: the file tool runs only calls the caller's own question led to.
+"""tools.py: the file tool runs only calls the caller's own question led to.
 
 A call planted in a retrieved document is refused however the model respells it
 (red team #6: the model dropped the quotes of read_file("public-notes.txt")), and a
@@ -9,7 +9,7 @@ from __future__ import annotations
 
 import pytest
 
-from microrag_engine.server.tools import run_tool_calls
+from microrag_engine.tools import run_tool_calls
 
 CLEARANCE = frozenset({"public", "internal"})
 

@@ -1,15 +1,20 @@
 """microRAG: a small, fast, auditable retrieval-augmented generation engine.
 
-The pipeline, one module per step:
-  chunk.py    1 · load documents, split into chunks
-  index.py    2 · index twice: keyword (tfidf | bm25) and embedding (hash | minilm)
-  retrieve.py 3 · hybrid retrieve: fuse, grounding gate, diversity cap
-  augment.py  4 · prompt assembly, retrieved text marked as data
-  generate.py 5 · OpenAI-compatible SSE client, extractive answerer
-  verify.py   6 · answer verification: each sentence against the chunks (NLI, ``nli.py``)
-  rerank.py   3b· optional cross-encoder rerank of the fused candidates (off by default)
-``pipeline.Engine`` wires them; ``cli`` is the command line. Importing this
-package needs only the core dependencies; models load when first used.
+The package tree reads as the pipeline (imports only flow downwards):
+  errors types text rx config guard   the vocabulary every step shares
+  runtime/      model runtimes: onnxruntime, numpy BERT, cross-encoders, the LLM client
+  load.py       1a · paths and uploads -> documents
+  chunk.py      1b · documents -> chunks
+  index/        2  · index twice: keyword (tfidf | bm25) and embedding (hash | minilm)
+  retrieve/     3  · hybrid retrieve: fuse, grounding gate, diversity cap (optional rerank)
+  augment.py    4  · prompt assembly, retrieved text marked as data
+  generate.py   5  · extractive answerer (the LLM streams through runtime/llm.py)
+  tools.py      5b · the file tool and when a model's call may run
+  verify/       6  · answer verification: each sentence against the chunks (NLI)
+  store/ ingest.py   persistence
+  engine.py     ``Engine``: the one place the steps are wired
+  server/ cli/ redteam/ eval/   front ends
+Importing this package needs only the core dependencies; models load when first used.
 """
 
 __version__ = "0.1.0"

@@ -1,15 +1,18 @@
 """The five steps wired together: documents -> chunks -> index -> retrieval -> answer.
 
 ``Engine`` holds one built index and the settings it was built with. It adds no
-behaviour of its own: every decision is made by the step modules, so the CLI,
-the library and (later) the server share one pipeline.
+behaviour of its own: every decision is made by the step modules. It is the one
+place the steps are wired: the library, the CLI and the server all retrieve with
+``Engine.retrieve`` and answer with ``Engine.answer`` (``ask`` is both), passing
+``top_k``, spotlighting, tools, verification and a deadline as parameters.
 """
 
 from __future__ import annotations
 
 import logging
+import time
 from collections.abc import Callable, Iterable, Iterator
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from importlib.resources import files
 from pathlib import Path
 
@@ -17,8 +20,8 @@ import numpy as np
 
 from .augment import build_messages
 from .chunk import chunk_documents
-from .config import LLMConfig, Settings
-from .errors import ConfigError, CorpusError
+from .config import LLMConfig, Settings, override
+from .errors import ConfigError, CorpusError, MicroRAGError
 from .generate import extractive_answer
 from .index import Index, build_index
 from .index.embed import make_embedder
@@ -26,6 +29,7 @@ from .index.keyword import make_keyword
 from .load import load_documents
 from .retrieve import rank_candidates, retrieve
 from .runtime.llm import ChatStream
+from .tools import FileTool, ToolResult
 from .types import Document, Retrieval
 from .verify import Verification, verify
 
@@ -39,13 +43,15 @@ def demo_corpus() -> Path:
 
 @dataclass
 class Answer:
-    """What ``ask`` returns: the text, who wrote it, and the retrieval behind it."""
+    """What ``answer``/``ask`` return: the text, who wrote it, and the retrieval behind it."""
 
     text: str
     mode: str  # "llm" or "extractive"
     retrieval: Retrieval
     truncated: bool = False
     verification: Verification | None = None  # set when asked to verify (step 6)
+    tools: list[ToolResult] = field(default_factory=list)  # the model's tool calls, run or refused
+    flags: list[str] = field(default_factory=list)  # "budget: ...", "verify: ..." notes for the caller
 
 
 class Engine:
@@ -149,22 +155,24 @@ class Engine:
         return cls.from_documents(docs, settings, progress=progress)
 
     def retrieve(self, query: str, safeguards: bool | None = None, labels: Iterable[str] | None = None,
-                 scoped: bool = True) -> Retrieval:
+                 scoped: bool = True, top_k: int | None = None) -> Retrieval:
         """Step 3 over the chunks whose label is in ``labels`` (all when ``None``).
 
         ``safeguards=None`` follows the preset (the seed's bare retriever has them off).
         ``scoped=False`` fits keyword statistics over every chunk, hidden ones included
-        (the lab baseline's leak, red team #3).
+        (the lab baseline's leak, red team #3). ``top_k`` overrides the settings' for
+        this call only.
         """
+        settings = self.settings if top_k is None else override(self.settings, top_k=top_k)
         if safeguards is None:
-            safeguards = self.settings.safeguards_on_retrieve
+            safeguards = settings.safeguards_on_retrieve
         if self.store is not None:
             qvec = self.index.embedder.embed([query])[0]
-            found, ceiling = self.store.search(query, qvec, self._visible_labels(labels), n=self.settings.first_pass)
+            found, ceiling = self.store.search(query, qvec, self._visible_labels(labels), n=settings.first_pass)
             return rank_candidates(query, [c for c, _, _ in found], np.array([k for _, k, _ in found]),
-                                   np.array([e for _, _, e in found]), self.settings, safeguards, ceiling)
+                                   np.array([e for _, _, e in found]), settings, safeguards, ceiling)
         allowed = self.mask(labels)
-        return retrieve(self.index, query, self.settings, safeguards=safeguards, allowed=allowed,
+        return retrieve(self.index, query, settings, safeguards=safeguards, allowed=allowed,
                         scoped=self._scoped_keyword(labels, allowed) if scoped else None)
 
     def _scoped_keyword(self, labels: Iterable[str] | None, allowed: np.ndarray | None):
@@ -186,14 +194,6 @@ class Engine:
             self._scoped[key] = scorer
         return scorer
 
-    def with_settings(self, settings: Settings) -> Engine:
-        """The same index and documents under other query-time settings (e.g. ``top_k``),
-        sharing the fitted per-clearance statistics."""
-        other = Engine(settings, self.index, self.documents, list(self.labels), self.generation,
-                       store=self.store, records=self.records)
-        other._scoped = self._scoped
-        return other
-
     @property
     def n_chunks(self) -> int:
         """Chunks behind this engine (counted in the store when retrieval is remote)."""
@@ -212,28 +212,68 @@ class Engine:
         on_piece: Callable[[str], None] | None = None,
         labels: Iterable[str] | None = None,
         verify: bool = False,
+        top_k: int | None = None,
+        spotlight: bool = True,
     ) -> Answer:
-        """Steps 3-5 (and 6 with ``verify``). With ``llm`` the model answers
-        (streamed to ``on_piece``); else extractive.
+        """Steps 3-6: retrieve with the gate and the cap, then :meth:`answer`."""
+        retrieval = self.retrieve(query, safeguards=True, labels=labels, top_k=top_k)
+        return self.answer(query, retrieval, llm, on_piece=on_piece, verify=verify, spotlight=spotlight)
 
-        A refusal by the grounding gate never reaches the model: there is nothing
-        to ground an answer on, and a model asked anyway tends to guess. With
-        ``verify`` and a ``drop``/``refuse`` policy, ``Answer.text`` is the text
-        after the policy; pieces already streamed are the model's raw words.
+    def answer(
+        self,
+        query: str,
+        retrieval: Retrieval,
+        llm: LLMConfig | None = None,
+        *,
+        on_piece: Callable[[str], None] | None = None,
+        verify: bool = False,
+        spotlight: bool = True,
+        tools: FileTool | None = None,
+        deadline: float | None = None,
+    ) -> Answer:
+        """Steps 4-6 for ``retrieval``: the one answer path of the library, CLI and server.
+
+        With ``llm`` the model answers from the spotlighted prompt (streamed to
+        ``on_piece``); else, or when the gate refused, the extractive answerer quotes
+        the chunks: a refusal never reaches the model (nothing to ground an answer on,
+        and a model asked anyway tends to guess). ``verify`` checks every sentence
+        against the chunks (step 6; with a ``drop``/``refuse`` policy ``text`` is the
+        text after the policy, while pieces already streamed are the model's raw words);
+        a backend that cannot load is flagged, not raised, so the answer survives.
+        ``tools`` runs the file-tool calls the model makes (appended to the text).
+        ``deadline`` (``time.monotonic()``) cuts the model's stream and skips
+        verification once passed, each flagged ``budget:``/``verify:``.
         """
-        retrieval = self.retrieve(query, safeguards=True, labels=labels)
+        def over() -> bool:
+            return deadline is not None and time.monotonic() > deadline
+
         if llm is None or retrieval.refused:
             text = extractive_answer(query, retrieval, self.index.embedder)
             if on_piece:
                 on_piece(text)
             ans = Answer(text, "extractive", retrieval)
         else:
-            stream = ChatStream(llm, build_messages(query, retrieval.hits))
-            pieces = list(_tee(stream, on_piece))
-            ans = Answer("".join(pieces), "llm", retrieval, truncated=stream.truncated)
+            stream = ChatStream(llm, build_messages(query, retrieval.hits, spotlight=spotlight), deadline=deadline)
+            ans = Answer("".join(_tee(stream, on_piece)), "llm", retrieval, truncated=stream.truncated)
+            if stream.truncated and over():
+                ans.flags.append("budget: the answer was cut at the request's time budget")
         if verify and not retrieval.refused:
-            ans.verification = self.verify(ans.text, retrieval)
-            ans.text = ans.verification.text
+            if over():
+                ans.flags.append("verify: skipped, the request budget is spent")
+            else:
+                # The model's own words against the chunks it was given, before tool output.
+                try:
+                    ans.verification = self.verify(ans.text, retrieval)
+                except MicroRAGError as exc:  # a missing model must not cost the answer
+                    ans.flags.append(f"verify: unavailable ({exc})")
+                else:
+                    ans.text = ans.verification.text
+                    if not ans.verification.grounded:
+                        ans.flags.append("verify: " + ans.verification.summary())
+        if tools is not None and ans.mode == "llm":
+            ans.tools = tools.run(ans.text, [h.chunk.text for h in retrieval.hits])
+            for t in ans.tools:
+                ans.text += f"\n[tool {t.call}: " + (t.output if t.ran else f"not run - {t.refused}") + "]"
         return ans
 
     def verify(self, answer: str, retrieval: Retrieval) -> Verification:

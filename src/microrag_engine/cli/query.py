@@ -98,6 +98,9 @@ def cmd_ask(args: argparse.Namespace) -> int:
     if args.verify and not args.quiet:
         diag(f"verifying each sentence with NLI model '{engine.settings.nli}' (policy {engine.settings.verify_policy})")
     ans = engine.ask(args.query, llm=llm, on_piece=stream_out, labels=labels_of(args), verify=args.verify)
+    unavailable = [f for f in ans.flags if f.startswith("verify: unavailable")]
+    if unavailable:  # asked for by name on the command line: an error, not a note
+        raise MicroRAGError(unavailable[0].removeprefix("verify: unavailable (").removesuffix(")"))
     if args.json:
         json.dump({"answer": ans.text, "mode": ans.mode, "refused": ans.retrieval.refused,
                    "reason": ans.retrieval.reason, "truncated": ans.truncated,

@@ -27,20 +27,17 @@ from pydantic import BaseModel, Field
 from starlette.exceptions import HTTPException as StarletteHTTPException
 
 from .. import guard
-from ..augment import build_messages
-from ..config import LLMConfig, Settings, override
-from ..engine import Engine
+from ..config import LLMConfig, Settings
+from ..engine import Answer, Engine
 from ..errors import LLMError, MicroRAGError
-from ..generate import extractive_answer
 from ..ingest import apply_dlp, delete_documents, ingest_documents, store_form
 from ..load import jsonl_documents, load_documents, parse_upload
-from ..runtime.llm import ChatStream
 from ..store.base import Store
+from ..tools import FileTool
 from ..types import Document, Retrieval
 from .auth import ANONYMOUS, KeyStore, Principal
 from .defences import Defences, naive_blocked, naive_despace, naive_output
 from .state import QUARANTINE, ServerState
-from .tools import run_tool_calls
 
 log = logging.getLogger("microrag")
 
@@ -356,10 +353,8 @@ def create_app(cfg: ServerConfig) -> FastAPI:
         eng = holder["engine"]
         if eng is None:
             raise MicroRAGError("the index is empty; ingest documents first")
-        settings = eng.settings
-        if body.top_k:
-            eng = eng.with_settings(override(settings, top_k=body.top_k))
-        r = eng.retrieve(body.query, safeguards=True, labels=sorted(who.clearance), scoped=on.scoped_statistics)
+        r = eng.retrieve(body.query, safeguards=True, labels=sorted(who.clearance), scoped=on.scoped_statistics,
+                         top_k=body.top_k or None)
         check = cfg.verify if body.verify is None else body.verify
         records = eng.records  # loaded with the engine: no store round trip per query
         sources = [{"doc": h.chunk.doc, "chunk": h.chunk.index, "id": h.chunk.id, "hybrid": h.hybrid, "kw": h.kw,
@@ -386,68 +381,41 @@ def create_app(cfg: ServerConfig) -> FastAPI:
         if body.stream:
             return StreamingResponse(_stream(ctx, sources, flags, settle), media_type="text/event-stream")
         try:
-            answer, mode, tool_results, out_flags, checked = _answer(ctx)
+            ans, checked = _answer(ctx)
         except Exception as exc:  # the row says so; the error itself goes on to its handler
             settle("error", flags + [f"answer: {getattr(exc, 'detail', type(exc).__name__)}"])
             raise
-        settle("refused" if r.refused else "answered", flags + out_flags)
-        return {"answer": answer, "sources": sources, "refused": r.refused, "reason": r.reason, "mode": mode,
-                "capped": r.capped, "flags": flags + out_flags,
-                "tools": [t.__dict__ for t in tool_results], "verification": checked}
+        settle("refused" if r.refused else "answered", flags + ans.flags)
+        return {"answer": ans.text, "sources": sources, "refused": r.refused, "reason": r.reason, "mode": ans.mode,
+                "capped": r.capped, "flags": flags + ans.flags,
+                "tools": [t.__dict__ for t in ans.tools], "verification": checked}
 
-    def _over(ctx: _Turn) -> bool:
-        return ctx.deadline is not None and time.monotonic() > ctx.deadline
-
-    def _answer(ctx: _Turn):
-        question, r, who, check = ctx.question, ctx.retrieval, ctx.who, ctx.check
-        out_flags: list[str] = []
-        tool_results = []
-        verification = None
-        if cfg.llm is None or r.refused:
-            text, mode = extractive_answer(question, r, ctx.engine.index.embedder), "extractive"
-        else:
-            stream = ChatStream(cfg.llm, build_messages(question, r.hits, spotlight=on.spotlight), deadline=ctx.deadline)
-            try:
-                text, mode = "".join(stream), "llm"
-            except LLMError as exc:
-                # The endpoint's address and reply are the operator's business, not the caller's.
-                log.warning("LLM call failed: %s", exc)
-                raise HTTPException(502, "the language model is unavailable; try again later") from None
-            if stream.truncated and _over(ctx):
-                out_flags.append(f"budget: the answer was cut at the {cfg.request_seconds:g} s request budget")
-        if check and not r.refused and _over(ctx):
-            out_flags.append("verify: skipped, the request budget is spent")
-        elif check and not r.refused:
-            # Before tool output is appended and before redaction: the model's own words
-            # against the chunks it was given. drop/refuse rewrite the text here.
-            try:
-                v = ctx.engine.verify(text, r)
-            except MicroRAGError as exc:  # a missing model must not cost the answer
-                out_flags.append(f"verify: unavailable ({exc})")
-            else:
-                text, verification = v.text, v.to_dict()
-                if not v.grounded:
-                    out_flags.append("verify: " + v.summary())
-        if mode == "llm":
-            tool_results = run_tool_calls(text, [h.chunk.text for h in r.hits], cfg.tools_dir, who.clearance,
-                                          confined=on.confined_tool)
-            for t in tool_results:
-                text += f"\n[tool {t.call}: " + (t.output if t.ran else f"not run - {t.refused}") + "]"
+    def _answer(ctx: _Turn) -> tuple[Answer, dict | None]:
+        """The engine's answer, then what the server adds: the output guard on every channel."""
+        try:
+            ans = ctx.engine.answer(ctx.question, ctx.retrieval, cfg.llm, spotlight=on.spotlight, verify=ctx.check,
+                                    tools=FileTool(cfg.tools_dir, ctx.who.clearance, confined=on.confined_tool),
+                                    deadline=ctx.deadline)
+        except LLMError as exc:
+            # The endpoint's address and reply are the operator's business, not the caller's.
+            log.warning("LLM call failed: %s", exc)
+            raise HTTPException(502, "the language model is unavailable; try again later") from None
         if not on.structural_guards:
-            text = naive_output(text)
+            ans.text = naive_output(ans.text)
         elif cfg.output_guard:
-            redacted, found = guard.redact(text)
+            redacted, found = guard.redact(ans.text)
             if found:
-                text = redacted
-                out_flags.append("output: redacted " + ", ".join(f"{k} x{v}" for k, v in guard.summary(found).items()))
+                ans.text = redacted
+                ans.flags.append("output: redacted " + ", ".join(f"{k} x{v}" for k, v in guard.summary(found).items()))
+        verification = ans.verification.to_dict() if ans.verification else None
         if verification is not None:
-            verification["text"] = text  # what the caller actually receives
+            verification["text"] = ans.text  # what the caller actually receives
             if cfg.output_guard and on.guard_every_channel:  # the sentences are model output too
                 for row in verification["sentences"]:
                     row["sentence"] = guard.redact(row["sentence"])[0]
                     # `missing` quotes the raw sentence: keep only what survived redaction
                     row["missing"] = [m for m in row["missing"] if m in row["sentence"]]
-        return text, mode, tool_results, out_flags, verification
+        return ans, verification
 
     def _stream(ctx: _Turn, sources, flags, settle):
         r = ctx.retrieval
@@ -457,16 +425,16 @@ def create_app(cfg: ServerConfig) -> FastAPI:
         # The whole answer passes the output guard before any of it leaves: a secret
         # split across streamed pieces could not be caught piece by piece.
         try:
-            answer, mode, tools, out_flags, checked = _answer(ctx)
+            ans, checked = _answer(ctx)
         except HTTPException as exc:  # the sources already left with a 200: say so in-band
             settle("error", flags + [f"answer: {exc.detail}"])
             yield f"event: error\ndata: {json.dumps({'error': exc.detail})}\n\n"
             yield "data: [DONE]\n\n"
             return
-        for piece in re.findall(r"\S+\s*", answer):
+        for piece in re.findall(r"\S+\s*", ans.text):
             yield f"data: {json.dumps({'delta': piece})}\n\n"
-        settle("refused" if r.refused else "answered", flags + out_flags)
-        yield f"event: done\ndata: {json.dumps({'mode': mode, 'flags': flags + out_flags, 'verification': checked})}\n\n"
+        settle("refused" if r.refused else "answered", flags + ans.flags)
+        yield f"event: done\ndata: {json.dumps({'mode': ans.mode, 'flags': flags + ans.flags, 'verification': checked})}\n\n"
         yield "data: [DONE]\n\n"
 
     @app.get("/documents")

@@ -1,4 +1,4 @@
-"""The file-read tool, and when a call may run.
+"""Step 5b - tools: the file-read tool, and when a call the model makes may run.
 
 Off by default. When enabled it reads only inside one allowlisted directory:
 the requested path is NFKC-normalised, stripped of invisible characters,
@@ -18,9 +18,24 @@ import re
 from dataclasses import dataclass
 from pathlib import Path
 
-from ..guard import canonical
+from .guard import canonical
 
 CALL = re.compile(r"read_file\(\s*[\"'`]?(?P<path>[^\"'`)]*)[\"'`]?\s*\)")
+
+
+@dataclass(frozen=True)
+class FileTool:
+    """The file tool as one caller may use it: ``root`` (``None``: disabled, every call is
+    reported as refused), the caller's ``clearance``, and ``confined=False`` for the lab
+    baseline's naive tool."""
+
+    root: Path | None
+    clearance: frozenset[str]
+    confined: bool = True
+    max_bytes: int = 4096
+
+    def run(self, answer: str, context: list[str]) -> list[ToolResult]:
+        return run_tool_calls(answer, context, self.root, self.clearance, self.max_bytes, self.confined)
 
 
 @dataclass
