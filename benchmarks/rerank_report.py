@@ -1,4 +1,4 @@
-"""Does the shipped cross-encoder reranker earn its latency? SciFact test + HotpotQA held-out half.
+"""Does our cross-encoder reranker (built by training/, not shipped) earn its latency? SciFact test + HotpotQA held-out half.
 
     .venv/bin/python benchmarks/rerank_report.py [--depth 20] [--out benchmarks/results/rerank.md]
 
@@ -49,10 +49,12 @@ def main(argv: list[str] | None = None) -> int:
     from microrag_engine.retrieve.rerank import load_reranker
 
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    ap.add_argument("--model", type=Path, default=Path("build/rerank"),
+                    help="the reranker folder (built by training/, see training/RERANKER.md; none ships)")
     ap.add_argument("--depth", type=int, default=20)
     ap.add_argument("--out", type=Path)
     args = ap.parse_args(argv)
-    model = load_reranker()
+    model = load_reranker(args.model)
     weights = [0.5, 1.0]
     lines = [f"Rerank depth {args.depth}; model {model.folder.name} (max {model.max_length} tokens); "
              "p50 = reranker time per query on 2 cores.", ""]
@@ -81,7 +83,7 @@ def main(argv: list[str] | None = None) -> int:
     print(text)
     if args.out:
         args.out.write_text("# Reranker measurements\n\nCommand: `.venv/bin/python benchmarks/rerank_report.py "
-                            f"--depth {args.depth} --out {args.out}`\n\n{text}\n")
+                            f"--model {args.model} --depth {args.depth} --out {args.out}`\n\n{text}\n")
     return 0
 
 

@@ -106,9 +106,11 @@ def main(argv: list[str] | None = None) -> int:
     print(table(fig))
     print(f"\n(measured in {time.perf_counter() - t:.0f} s)", file=sys.stderr)
     if args.write:
-        (HERE / "expected" / "nli.json").write_text(json.dumps(fig, indent=1) + "\n")
+        command = "python benchmarks/verify_report.py --write"
+        (HERE / "expected" / "nli.json").write_text(json.dumps({"command": command, **fig}, indent=1) + "\n")
         sample = ev.measure(nli, SHARED, limit=SAMPLE, engine=engine)
-        (HERE / "expected" / "nli-sample.json").write_text(json.dumps({"limit": SAMPLE, **sample}, indent=1) + "\n")
+        sampled = {"command": command + "  (the 200-row sample it writes beside nli.json)", "limit": SAMPLE, **sample}
+        (HERE / "expected" / "nli-sample.json").write_text(json.dumps(sampled, indent=1) + "\n")
     return 0
 
 

@@ -1,5 +1,5 @@
 """rerank.py: the blend puts reranked candidates first, p(relevant) is read by label name,
-and retrieval with ``rerank=True`` uses the shipped model."""
+and retrieval with ``rerank=True`` uses the model folder it is given (none ships)."""
 
 from __future__ import annotations
 
@@ -35,18 +35,30 @@ def test_relevance_reads_the_relevant_column_by_name(tmp_path):
 
 
 @needs_models
-def test_retrieval_with_rerank_on_reports_and_uses_the_scores():
+def test_retrieval_with_rerank_on_reports_and_uses_the_scores(tmp_path):
+    pytest.importorskip("torch", reason="the tiny cross-encoder is built with torch (installed by `make test`)")
     from microrag_engine.config import PRESETS, override
     from microrag_engine.engine import Engine, demo_corpus
     from microrag_engine.retrieve.rerank import load_reranker
-    from microrag_engine.runtime.onnx import shipped_dir
 
-    assert json.loads((shipped_dir("rerank") / "config.json").read_text())["id2label"] == {"0": "irrelevant", "1": "relevant"}
-    eng = Engine.from_paths([demo_corpus()], override(PRESETS["default"], rerank=True, w_rerank=1.0, max_per_source=0))
+    folder = tmp_path / "rerank"
+    tiny_models.build(folder, id2label={0: "irrelevant", 1: "relevant"})
+    assert json.loads((folder / "config.json").read_text())["id2label"] == {"0": "irrelevant", "1": "relevant"}
+    eng = Engine.from_paths([demo_corpus()], override(PRESETS["default"], rerank=True, rerank_model=str(folder),
+                                                      w_rerank=1.0, max_per_source=0))
     r = eng.retrieve("who approves production deploys?")
     assert len(r.hits) == 4 and all(h.rerank is not None and 0.0 <= h.rerank <= 1.0 for h in r.hits)
     scores = [h.rerank for h in r.hits]
     assert scores == sorted(scores, reverse=True)  # w_rerank 1: the reranker alone orders the top
     plain = Engine(override(eng.settings, rerank=False), eng.index, eng.documents).retrieve("who approves production deploys?")
     assert all(h.rerank is None for h in plain.hits)
-    assert load_reranker() is load_reranker()  # loaded once
+    assert load_reranker(str(folder)) is load_reranker(str(folder))  # loaded once
+
+
+def test_rerank_without_a_model_says_how_to_get_one():
+    """None ships (its training data is non-commercial): asking for it is a clear error."""
+    from microrag_engine.config import PRESETS, override
+    from microrag_engine.errors import ConfigError
+
+    with pytest.raises(ConfigError, match="rerank_model.*training/"):
+        override(PRESETS["default"], rerank=True).validate()

@@ -64,6 +64,7 @@ class Settings:
     # step 3b - cross-encoder rerank of the first ``rerank_depth`` fused candidates
     rerank: bool = False  # off: it lowered SciFact nDCG@10 and costs ~0.5 s a query (benchmarks/results/rerank.md)
     rerank_depth: int = 20
+    rerank_model: str = ""  # a cross-encoder folder with a 'relevant' label (none ships: training/RERANKER.md)
     w_rerank: float = 0.5  # blend of the reranker's score with the fused score
     # step 6 - verify answers (NLI): "shipped", "llm", or a model folder
     nli: str = "shipped"
@@ -100,6 +101,9 @@ class Settings:
             v = getattr(self, name)
             if v is not None and not 0.0 <= v <= 1.0:
                 raise ConfigError(f"{name} must be between 0 and 1, got {v}")
+        if self.rerank and not self.rerank_model:
+            raise ConfigError("rerank needs rerank_model, a cross-encoder folder: none ships with microRAG "
+                              "(its training data is non-commercial); build one with training/ (training/RERANKER.md)")
         if self.rerank_depth < 1:
             raise ConfigError(f"rerank_depth must be at least 1, got {self.rerank_depth}")
         if self.max_per_source < 0:

@@ -18,6 +18,7 @@ from __future__ import annotations
 import base64
 import binascii
 import codecs
+import logging
 import math
 import unicodedata
 from collections import Counter
@@ -25,6 +26,8 @@ from dataclasses import dataclass
 from functools import lru_cache
 
 from . import rx
+
+log = logging.getLogger("microrag")
 
 # ---------------------------------------------------------------- canonical form
 
@@ -199,9 +202,9 @@ def presidio():
         from presidio_analyzer import AnalyzerEngine
         from presidio_analyzer.nlp_engine import NlpEngineProvider
     except ImportError:
+        log.warning("Presidio is not installed: PII detection covers structural shapes only "
+                    "(pip install 'microrag-engine[pii]' for names of cards, IBANs, passports and more)")
         return None
-    import logging
-
     # tldextract would fetch the public-suffix list at first use: use its bundled copy.
     tldextract.tldextract.TLD_EXTRACTOR = tldextract.TLDExtract(suffix_list_urls=())
     logging.getLogger("presidio-analyzer").setLevel(logging.ERROR)

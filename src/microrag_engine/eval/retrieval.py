@@ -23,7 +23,7 @@ from pathlib import Path
 import numpy as np
 
 from ..config import Settings
-from ..errors import CorpusError
+from ..errors import CorpusError, MicroRAGError
 from ..index.embed import make_embedder
 from ..index.keyword import make_keyword
 from ..retrieve.fuse import dynamic_w_kw, fuse_minmax, fuse_rrf
@@ -137,7 +137,10 @@ class Scorer:
 
 def measure(qrels: dict[str, dict[str, int]], run: dict[str, dict[str, float]]) -> dict[str, float]:
     """Mean nDCG@10, Recall@10, Recall@100, MRR@10 over judged queries (pytrec_eval)."""
-    import pytrec_eval
+    try:
+        import pytrec_eval
+    except ImportError:
+        raise MicroRAGError("evaluation needs its extra: pip install 'microrag-engine[eval]'") from None
 
     ev = pytrec_eval.RelevanceEvaluator(qrels, {"ndcg_cut.10", "recall.10,100"})
     per_q = ev.evaluate(run)

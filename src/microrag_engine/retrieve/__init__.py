@@ -135,7 +135,7 @@ def rank_candidates(
         from .rerank import blend, load_reranker, relevance
 
         top = _ranked(hybrid, settings.rerank_depth)
-        p_rel = relevance(load_reranker(), query, [chunks[i].text for i in top])
+        p_rel = relevance(load_reranker(settings.rerank_model), query, [chunks[i].text for i in top])
         order, rr = blend(hybrid, top, p_rel, settings.w_rerank), dict(zip(top, p_rel))
     # Deterministic ties: higher score first, then candidate (corpus) order.
     cap = settings.max_per_source if safeguards else 0

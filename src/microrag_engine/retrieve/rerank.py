@@ -3,9 +3,10 @@
 In:  the query, the fused candidates' texts and their hybrid scores.
 Out: a blended score ``w_rerank * p(relevant) + (1 - w_rerank) * minmax(hybrid)``
      for the first ``rerank_depth`` candidates; the rest keep their order below them.
-The model is our MiniLM-L6 cross-encoder trained on SciFact train and half of
-HotpotQA-100 (``training/``), shipped as int8 ONNX. It is off by default:
-``benchmarks/results/rerank.md`` has the measurements behind that choice. The
+The model is any cross-encoder folder with a 'relevant' label (``rerank_model``).
+None ships: the one we trained (``training/RERANKER.md``) learned from
+non-commercial data, and measured, it did not earn its latency
+(``benchmarks/results/rerank.md``), so reranking is off by default. The
 grounding gate still reads the raw leg scores; reranking never un-refuses a query.
 """
 
@@ -18,13 +19,12 @@ from pathlib import Path
 import numpy as np
 
 from ..runtime.crossencoder import CrossEncoder, load_encoder, softmax
-from ..runtime.onnx import shipped_dir
 
 
 @lru_cache(maxsize=2)
-def load_reranker(folder: str | Path | None = None) -> CrossEncoder:
-    """The shipped reranker (or a cross-encoder folder with a 'relevant' label)."""
-    return load_encoder(Path(folder) if folder else shipped_dir("rerank"))
+def load_reranker(folder: str | Path) -> CrossEncoder:
+    """The cross-encoder in ``folder`` (its config names a 'relevant' label), loaded once."""
+    return load_encoder(Path(folder))
 
 
 def relevance(model: CrossEncoder, query: str, texts: Sequence[str]) -> np.ndarray:

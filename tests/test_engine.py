@@ -1,0 +1,82 @@
+"""engine.py: the one answer path - the same Engine.answer serves the library, CLI and server."""
+
+from __future__ import annotations
+
+import time
+
+import pytest
+
+from conftest import needs_models
+from helpers.llm import delta, sse
+from microrag_engine.config import override, preset
+from microrag_engine.engine import Engine, demo_corpus
+from microrag_engine.tools import FileTool
+
+SEED = preset("seed")
+
+
+@pytest.fixture(scope="module")
+def engine() -> Engine:
+    return Engine.from_paths([demo_corpus()], SEED)
+
+
+def test_top_k_is_a_parameter_not_a_new_engine(engine):
+    q = "how do I reset my password?"
+    assert len(engine.retrieve(q, safeguards=False, top_k=2).hits) == 2
+    assert len(engine.retrieve(q, safeguards=False).hits) == SEED.top_k  # the engine's own settings are untouched
+    assert engine.settings.top_k == SEED.top_k
+
+
+def test_without_a_model_the_answer_is_extractive_and_streams_once(engine):
+    pieces: list[str] = []
+    ans = engine.ask("how do I reset my password?", on_piece=pieces.append)
+    assert ans.mode == "extractive" and pieces == [ans.text] and ans.tools == [] and ans.flags == []
+
+
+def test_a_refusal_never_reaches_the_model(engine, llm_server):
+    llm_server.script(sse(delta(content="should not be asked")))
+    r = engine.rank("xylophone quokka zeppelin")
+    assert r.refused
+    ans = engine.answer("xylophone quokka zeppelin", r, llm_server.cfg())
+    assert ans.mode == "extractive" and llm_server.requests == []
+
+
+def test_tools_run_only_for_model_text_and_report_refusals(engine, llm_server, tmp_path):
+    (tmp_path / "notes.txt").write_text("the note")
+    (tmp_path / "notes.txt.label").write_text("public")
+    llm_server.script(sse(delta(content='Reset it in the portal. read_file("notes.txt")')))
+    r = engine.rank("how do I reset my password?")
+    ans = engine.answer("how do I reset my password?", r, llm_server.cfg(),
+                        tools=FileTool(tmp_path, frozenset({"public"})))
+    assert ans.mode == "llm" and [t.ran for t in ans.tools] == [True] and "the note" in ans.text
+    off = engine.answer("how do I reset my password?", r, None, tools=FileTool(tmp_path, frozenset({"public"})))
+    assert off.tools == []  # the extractive answerer quotes documents: nothing of it is a call
+
+
+def test_spotlighting_is_a_parameter(engine, llm_server):
+    r = engine.rank("how do I reset my password?")
+    llm_server.script(sse(delta(content="a")), sse(delta(content="b")))
+    engine.answer("how do I reset my password?", r, llm_server.cfg(), spotlight=True)
+    engine.answer("how do I reset my password?", r, llm_server.cfg(), spotlight=False)
+    fenced, bare = (req.body["messages"][-1]["content"] for req in llm_server.requests)
+    assert "<<<DATA " in fenced and "<<<DATA " not in bare
+
+
+def test_a_spent_deadline_skips_verification_with_a_flag(engine):
+    r = engine.rank("how do I reset my password?")
+    ans = engine.answer("how do I reset my password?", r, None, verify=True, deadline=time.monotonic() - 1)
+    assert ans.verification is None and "verify: skipped, the request budget is spent" in ans.flags
+
+
+def test_a_verifier_that_cannot_load_is_flagged_not_raised(engine):
+    broken = Engine(override(engine.settings, nli="/no/such/model"), engine.index, engine.documents)
+    ans = broken.answer("how do I reset my password?", broken.rank("how do I reset my password?"), None, verify=True)
+    assert ans.text and ans.verification is None
+    assert any(f.startswith("verify: unavailable") for f in ans.flags)
+
+
+@needs_models
+def test_verification_on_the_default_preset_checks_every_sentence():
+    eng = Engine.from_paths([demo_corpus()], preset("default"))
+    ans = eng.ask("how many vacation days do I get?", verify=True)
+    assert ans.verification is not None and ans.verification.sentences
