@@ -24,14 +24,18 @@ from .config import LLMConfig, Settings, override
 from .errors import ConfigError, CorpusError, MicroRAGError
 from .generate import extractive_answer
 from .index import Index, build_index
+from .index.ann import HNSW, faiss_available
 from .index.embed import make_embedder
-from .index.keyword import make_keyword
+from .index.keyword import KeywordScorer, make_keyword
+from .ingest import check_compatible
 from .load import load_documents
 from .retrieve import rank_candidates, retrieve
 from .runtime.llm import ChatStream
+from .store.base import DocRecord, SearchableStore, Store
 from .tools import FileTool, ToolResult
 from .types import Document, Retrieval
 from .verify import Verification, verify
+from .verify.nli import load_nli
 
 log = logging.getLogger("microrag")
 
@@ -64,8 +68,8 @@ class Engine:
         documents: list[Document] | None = None,
         labels: list[str] | None = None,
         generation: int = 0,
-        store=None,
-        records: dict | None = None,
+        store: SearchableStore | None = None,
+        records: dict[str, DocRecord] | None = None,
     ) -> None:
         self.settings = settings
         self.index = index
@@ -79,38 +83,36 @@ class Engine:
         self.labels = np.array(labels if labels is not None else ["public"] * len(index.chunks), dtype=object)
         self.generation = generation
         # Keyword scorers fitted on what one clearance may read, by label set (see retrieve()).
-        self._scoped: dict[tuple[str, ...], object] = {}
+        self._scoped: dict[tuple[str, ...], KeywordScorer] = {}
 
     @classmethod
-    def from_store(cls, store, settings: Settings, remote: bool | None = None) -> Engine:
+    def from_store(cls, store: Store, settings: Settings, remote: bool | None = None) -> Engine:
         """Open a persistent index.
 
         ``remote`` (default: whenever the store can search, i.e. Postgres) queries the
         database's BM25 and HNSW first passes per request; otherwise the stored chunks
         and vectors are loaded and the keyword leg is rebuilt from them in memory.
         """
-        from .ingest import check_compatible
-
         if remote is None:  # the database ranks with BM25 only; the seed's TF-IDF runs here
-            remote = hasattr(store, "search") and settings.keyword == "bm25"
-        if remote and (settings.keyword != "bm25" or not hasattr(store, "search")):
-            raise ConfigError("database-side retrieval needs a Postgres store and keyword='bm25'")
+            remote = isinstance(store, SearchableStore) and settings.keyword == "bm25"
         if remote:
+            if settings.keyword != "bm25" or not isinstance(store, SearchableStore):
+                raise ConfigError("database-side retrieval needs a Postgres store and keyword='bm25'")
             check_compatible(store.meta(), settings)
-            docs = store.documents()
-            if not docs:
+            records = store.documents()
+            if not records:
                 raise CorpusError("the index is empty; add documents with: microrag ingest PATH")
             embedder = make_embedder(settings.embedder)
             index = Index([], None, embedder, np.zeros((0, embedder.dim), dtype=np.float32))
-            return cls(settings, index, [Document(d, "") for d in docs], labels=[], generation=store.generation(),
-                       store=store, records=docs)
+            return cls(settings, index, [Document(d, "") for d in records], labels=[], generation=store.generation(),
+                       store=store, records=records)
         snap = store.snapshot()
         check_compatible(snap.meta, settings)
         if not snap.chunks:
             raise CorpusError("the index is empty; add documents with: microrag ingest PATH")
         embedder = make_embedder(settings.embedder)
         keyword = make_keyword(settings.keyword, settings.k1, settings.b).fit([c.text for c in snap.chunks])
-        cache = getattr(store, "cache_path", lambda name: None)(f"hnsw-{snap.generation}.faiss")
+        cache = store.cache_path(f"hnsw-{snap.generation}.faiss")
         index = Index(snap.chunks, keyword, embedder, snap.vectors, ann=_maybe_ann(snap.vectors, settings, cache))
         docs = [Document(d, "") for d in snap.documents]
         return cls(settings, index, docs, labels=snap.labels, generation=snap.generation, records=snap.documents)
@@ -278,8 +280,6 @@ class Engine:
 
     def verify(self, answer: str, retrieval: Retrieval) -> Verification:
         """Step 6: every sentence of ``answer`` against the retrieved chunks (settings' backend and policy)."""
-        from .verify.nli import load_nli
-
         s = self.settings
         return verify(answer, [(h.chunk.id, h.chunk.text) for h in retrieval.hits], load_nli(s.nli),
                       policy=s.verify_policy, min_entail=s.min_entail, min_contra=s.min_contra,
@@ -288,8 +288,6 @@ class Engine:
 
 def _maybe_ann(vectors: np.ndarray, settings: Settings, cache: Path | None = None):
     """An HNSW first pass when the index is large enough and faiss is installed."""
-    from .index.ann import HNSW, faiss_available
-
     if len(vectors) < settings.ann_threshold:
         return None
     if not faiss_available():

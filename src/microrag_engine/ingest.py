@@ -22,6 +22,7 @@ from pathlib import Path
 
 import numpy as np
 
+from . import guard
 from .chunk import chunk_documents
 from .config import Settings
 from .errors import ConfigError, CorpusError
@@ -83,8 +84,6 @@ def check_compatible(meta: dict[str, str], settings: Settings) -> None:
 
 def apply_dlp(doc: Document, mode: str) -> tuple[Document, bool, dict[str, int]]:
     """(document to index, whether to label it restricted, finding counts by kind)."""
-    from . import guard
-
     if mode == "off":
         return doc, False, {}
     texts = [doc.text] + [c.text for c in doc.prechunked]
@@ -105,8 +104,6 @@ def store_form(doc: Document) -> Document:
     What the checks read and what the model is shown are then the same characters;
     text hidden in tag characters or variation selectors is gone, not merely unchecked.
     """
-    from . import guard
-
     if doc.text.isascii() and all(c.text.isascii() for c in doc.prechunked):
         return doc  # nothing to change (the common case)
     pre = tuple(replace(c, text=guard.visible(c.text), end=c.start + len(guard.visible(c.text))) for c in doc.prechunked)

@@ -200,7 +200,7 @@ def gate_signals(scorer: Scorer, queries: dict[str, str]) -> dict[str, dict[str,
     for q, v in zip(qids, qvecs):
         kw = scorer.keyword.scores(queries[q])
         em = float((scorer.vectors @ v).max())
-        cov = scorer.keyword.coverage(queries[q], float(kw.max())) if hasattr(scorer.keyword, "coverage") else 0.0
+        cov = scorer.keyword.coverage(queries[q], float(kw.max()))
         out[q] = {"em": em, "kwcov": cov}
     return out
 

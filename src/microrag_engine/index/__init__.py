@@ -17,8 +17,10 @@ from collections.abc import Sequence
 
 import numpy as np
 
-from .embed import cosines, make_embedder
-from .keyword import make_keyword
+from ..types import Chunk
+from .ann import HNSW
+from .embed import Embedder, cosines, make_embedder
+from .keyword import KeywordScorer, make_keyword
 
 # ---------------------------------------------------------------- tokenizers
 
@@ -35,7 +37,8 @@ from .keyword import make_keyword
 class Index:
     """Chunks with both legs fitted: ``keyword.scores(q)`` and unit ``vectors`` (n, dim)."""
 
-    def __init__(self, chunks: Sequence, keyword, embedder, vectors: np.ndarray, ann=None) -> None:
+    def __init__(self, chunks: Sequence[Chunk], keyword: KeywordScorer | None, embedder: Embedder, vectors: np.ndarray,
+                 ann: HNSW | None = None) -> None:
         self.chunks = list(chunks)
         self.keyword = keyword
         self.embedder = embedder
@@ -47,7 +50,7 @@ class Index:
         return int(self.vectors.shape[1]) if self.vectors.ndim == 2 else 0
 
     def kw_scores(self, query: str) -> np.ndarray:
-        return self.keyword.scores(query)
+        return self.keyword.scores(query) if self.keyword is not None else np.zeros(len(self.chunks))
 
     def query_vector(self, query: str) -> np.ndarray:
         return self.embedder.embed([query])[0]

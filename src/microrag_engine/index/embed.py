@@ -10,6 +10,7 @@ import hashlib
 from collections.abc import Sequence
 from functools import lru_cache
 from pathlib import Path
+from typing import Protocol
 
 import numpy as np
 
@@ -17,6 +18,17 @@ from ..config import minilm_files
 from ..errors import ConfigError, ModelMissingError
 from ..runtime.onnx import ort_session
 from ..text import approx_tokens, seed_tokens
+
+
+class Embedder(Protocol):
+    """What indexing and retrieval need of an embedding leg."""
+
+    name: str
+    dim: int
+
+    def embed(self, texts: Sequence[str]) -> np.ndarray: ...
+
+    def count_tokens(self, text: str) -> int: ...
 
 
 class HashEmbedder:

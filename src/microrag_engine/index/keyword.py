@@ -12,11 +12,27 @@ from __future__ import annotations
 
 from collections import Counter
 from collections.abc import Sequence
+from typing import Protocol
 
 import numpy as np
 
 from ..errors import ConfigError
 from ..text import bm25_tokens, seed_tokens
+
+
+class KeywordScorer(Protocol):
+    """What retrieval needs of a keyword leg: raw scores per chunk, and how much of the
+    query the best chunk covers (the grounding gate's keyword signal)."""
+
+    name: str
+
+    def fit(self, texts: Sequence[str]) -> KeywordScorer: ...
+
+    def scores(self, query: str) -> np.ndarray: ...
+
+    def ceiling(self, query: str) -> float: ...
+
+    def coverage(self, query: str, raw_best: float) -> float: ...
 
 
 class TfidfScorer:
@@ -41,6 +57,13 @@ class TfidfScorer:
         self.matrix = csr_matrix((vals, (rows, cols)), shape=(self.n, len(self.vocab)), dtype=np.float64)
         self.norms = np.sqrt(np.asarray(self.matrix.multiply(self.matrix).sum(axis=1)).ravel())
         return self
+
+    def ceiling(self, query: str) -> float:
+        """0 = unknown: a cosine has no per-term ceiling (the seed's gate reads ``min_kw``)."""
+        return 0.0
+
+    def coverage(self, query: str, raw_best: float) -> float:
+        return 0.0
 
     def scores(self, query: str) -> np.ndarray:
         q = np.zeros(len(self.vocab))

@@ -19,10 +19,12 @@ import numpy as np
 from ..config import Settings
 from ..index import Index
 from ..index.ann import top_n
+from ..index.keyword import KeywordScorer
 from ..types import Chunk, Hit, Retrieval
 from .cap import ChunkDocs, diversity_cap
 from .fuse import dynamic_w_kw, fuse_minmax, fuse_rrf, minmax
 from .gate import GateSignals, exact_token_in, grounding_gate
+from .rerank import blend, load_reranker, relevance
 
 # ---------------------------------------------------------------- safeguards (pure)
 
@@ -93,9 +95,8 @@ def keyword_ceiling(index: Index, query: str) -> float:
     return _ceiling(index.keyword, query)
 
 
-def _ceiling(keyword, query: str) -> float:
-    ceiling = getattr(keyword, "ceiling", None)
-    return float(ceiling(query)) if ceiling else 0.0
+def _ceiling(keyword: KeywordScorer | None, query: str) -> float:
+    return float(keyword.ceiling(query)) if keyword is not None else 0.0
 
 
 def rank_candidates(
@@ -132,8 +133,6 @@ def rank_candidates(
             return Retrieval(query, [], refused=True, reason=reason, best_raw_kw=best_kw, best_raw_em=best_em)
     order, rr = hybrid, {}
     if settings.rerank:
-        from .rerank import blend, load_reranker, relevance
-
         top = _ranked(hybrid, settings.rerank_depth)
         p_rel = relevance(load_reranker(settings.rerank_model), query, [chunks[i].text for i in top])
         order, rr = blend(hybrid, top, p_rel, settings.w_rerank), dict(zip(top, p_rel))

@@ -16,6 +16,7 @@ import numpy as np
 
 from ..errors import ConfigError, ModelMissingError
 from .bert_numpy import NumpyBert
+from .onnx import ort_session
 
 
 def _tokenizer(folder: Path, cfg: dict, max_length: int):
@@ -49,8 +50,6 @@ class CrossEncoder:
         self.batch_tokens = batch_tokens
         self.tokenizer = _tokenizer(folder, self.config, self.max_length)
         if (folder / "model.onnx").is_file():
-            from .onnx import ort_session
-
             session = ort_session(folder / "model.onnx")
             names = {i.name for i in session.get_inputs()}
             self._forward = lambda feed: session.run(None, {k: v for k, v in feed.items() if k in names})[0]

@@ -10,7 +10,7 @@ from __future__ import annotations
 from pathlib import Path
 
 from ..config import DEFAULT_INDEX, index_location, pg_schema
-from .base import DocRecord, DocUpdate, Snapshot, Store
+from .base import DocRecord, DocUpdate, SearchableStore, Snapshot, Store
 
 
 def default_location() -> str:
@@ -51,4 +51,5 @@ def store_exists(location: str | Path | None = None) -> bool:
     return (p / "index.sqlite").exists() or (p.suffix == ".sqlite" and p.exists())
 
 
-__all__ = ["DEFAULT_INDEX", "DocRecord", "DocUpdate", "Snapshot", "Store", "open_store", "store_exists", "default_location"]
+__all__ = ["DEFAULT_INDEX", "DocRecord", "DocUpdate", "SearchableStore", "Snapshot", "Store", "default_location", "open_store",
+           "store_exists"]

@@ -13,6 +13,7 @@ from __future__ import annotations
 
 from abc import ABC, abstractmethod
 from dataclasses import dataclass, field
+from pathlib import Path
 
 import numpy as np
 
@@ -91,6 +92,20 @@ class Store(ABC):
 
     def close(self) -> None:  # noqa: B027 - optional for backends without resources
         """Release connections."""
+
+    def cache_path(self, name: str) -> Path | None:
+        """Where a derived, rebuildable file (an HNSW graph) may be cached; ``None``: nowhere."""
+        return None
+
+
+class SearchableStore(Store):
+    """A store that ranks by itself (PostgreSQL): retrieval runs in the database, per request."""
+
+    @abstractmethod
+    def search(self, query: str, qvec: np.ndarray, labels: list[str] | None, n: int = 100,
+               ef_search: int = 200) -> tuple[list[tuple[Chunk, float, float]], float]:
+        """``([(chunk, raw keyword score, raw cosine)], the query's keyword ceiling)`` over the
+        union of both legs' top ``n`` among chunks labelled ``labels`` (all when ``None``)."""
 
 
 def check_snapshot(snap: Snapshot) -> list[str]:

@@ -28,7 +28,7 @@ import numpy as np
 from ..errors import MicroRAGError
 from ..text import bm25_tokens
 from ..types import Chunk
-from .base import DocRecord, DocUpdate, Snapshot, Store, check_snapshot
+from .base import DocRecord, DocUpdate, SearchableStore, Snapshot, check_snapshot
 
 TERM_SPACE = 999_999_937  # hashed term ids (pgvector caps sparsevec at 1e9 dims); collisions at 1e6 terms ~0.1%
 REWEIGHT_DRIFT = 0.10
@@ -61,7 +61,7 @@ def bm25_idf(df: int, n: int) -> float:
     return math.log(1 + (n - df + 0.5) / (df + 0.5))
 
 
-class PostgresStore(Store):
+class PostgresStore(SearchableStore):
     """A store in schema ``schema`` of the database at ``uri``."""
 
     def __init__(self, uri: str, schema: str = "microrag", k1: float = 0.9, b: float = 0.4) -> None:

@@ -22,8 +22,10 @@ from pathlib import Path
 
 import numpy as np
 
+from ..config import LLMConfig
 from ..errors import ConfigError, ModelMissingError
 from ..runtime.crossencoder import CrossEncoder, load_encoder, softmax
+from ..runtime.llm import chat
 from ..runtime.onnx import shipped_dir
 from ..text import sentence_spans
 
@@ -133,8 +135,6 @@ class LLMJudge:
         self.llm = llm
 
     def score_grid(self, chunks: Sequence[str], claims: Sequence[str]) -> list[list[tuple[float, float, float]]]:
-        from ..runtime.llm import chat
-
         listing = "\n\n".join(f"[{i + 1}] {c}" for i, c in enumerate(chunks))
         grid = []
         for claim in claims:
@@ -173,8 +173,6 @@ def _parse_judgement(text: str, n: int) -> tuple[int | None, int | None]:
 def load_nli(spec: str = "shipped"):
     """``shipped`` | ``llm`` | path to a model folder -> a backend with ``score_grid``."""
     if spec == "llm":
-        from ..config import LLMConfig
-
         llm = LLMConfig.from_env()
         if llm is None:
             raise ConfigError("--nli llm needs LLM_BASE_URL (an OpenAI-compatible endpoint)")
