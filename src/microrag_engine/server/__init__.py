@@ -1,8 +1,11 @@
-"""The HTTP server: the same five steps behind identity, provenance, labels and an audit trail.
+"""The HTTP server: the same engine behind identity, provenance, labels and an audit trail.
 
-  auth.py   API keys (stored hashed) -> principals with a role and clearance labels
-  state.py  server-side records: review queue (quarantine) and the audit trail
-  tools.py  the file-read tool and the rules that decide whether a call may run
-  app.py    FastAPI routes; ``create_app(ServerConfig)``
+  app.py       create_app(ServerConfig): errors, limits (body cap, Host allowlist), the routes
+  config.py    ServerConfig, hardened by default
+  context.py   what routes share: the current engine, the write lock, who the caller is
+  routes/      query.py, documents.py, oversight.py: thin routes over ``Engine``
+  defences.py  every defence a named switch; LAB_BASELINE turns them all off
+  auth.py      API keys (stored hashed) -> principals with a role and clearance labels
+  state.py     server-side records: review queue (quarantine) and the audit trail
 Needs the ``server`` extra (fastapi, uvicorn).
 """

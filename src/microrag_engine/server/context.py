@@ -1,0 +1,92 @@
+"""What every route shares: the configuration, the current engine, the write lock,
+and who the caller is (API key -> principal, with rate limits and key-guess throttling)."""
+
+from __future__ import annotations
+
+import threading
+import time
+from collections import defaultdict
+from collections.abc import Callable
+
+from fastapi import Depends, HTTPException, Request
+
+from ..engine import Engine
+from .auth import ANONYMOUS, Principal
+from .config import EVERYONE_ADMIN, ServerConfig
+
+
+class RateLimiter:
+    """Per-principal sliding window; returns False when over the limit."""
+
+    def __init__(self, per_minute: int) -> None:
+        self.per_minute, self.lock = per_minute, threading.Lock()
+        self.hits: defaultdict[str, list[float]] = defaultdict(list)
+
+    def allow(self, who: str) -> bool:
+        t = time.monotonic()
+        with self.lock:
+            recent = [x for x in self.hits[who] if t - x < 60]
+            ok = len(recent) < self.per_minute
+            self.hits[who] = recent + [t] if ok else recent
+        return ok
+
+    def exhausted(self, who: str) -> bool:
+        """Whether ``who`` has used up this minute's allowance (records nothing)."""
+        t = time.monotonic()
+        with self.lock:
+            return sum(t - x < 60 for x in self.hits.get(who, ())) >= self.per_minute
+
+
+class ServerContext:
+    """The state behind the routes. The engine reference swaps atomically after each
+    write (under ``lock``); a request keeps the engine it started with."""
+
+    def __init__(self, cfg: ServerConfig) -> None:
+        self.cfg = cfg
+        self.on = cfg.defences
+        self.lock = threading.RLock()  # one writer at a time
+        self.engine: Engine | None = None
+        self.limiter = RateLimiter(cfg.rate_per_minute)
+        self.guesses = RateLimiter(cfg.key_failures_per_minute)  # wrong keys per client address
+        self.reload()
+
+    def reload(self) -> None:
+        with self.lock:
+            # Postgres + BM25: retrieval runs in the database (stateless replicas); else loaded here.
+            self.engine = Engine.from_store(self.cfg.store, self.cfg.settings) if self.cfg.store.documents() else None
+
+    def principal(self, request: Request) -> Principal:
+        """The caller, from ``Authorization: Bearer <key>`` or ``X-API-Key``."""
+        cfg = self.cfg
+        if not self.on.authentication:
+            return EVERYONE_ADMIN
+        auth = request.headers.get("authorization", "")
+        key = auth[7:].strip() if auth.lower().startswith("bearer ") else request.headers.get("x-api-key", "")
+        if key:
+            who = cfg.keys.resolve(key)
+            if who is None:
+                # Wrong keys are throttled per address; right keys never are (behind a shared
+                # proxy address one guesser must not lock every key holder out).
+                client = f"ip:{request.client.host if request.client else ''}"
+                if not self.guesses.allow(client):
+                    raise HTTPException(429, "too many wrong API keys from this address; wait a minute")
+                raise HTTPException(401, "invalid or revoked API key", headers={"WWW-Authenticate": "Bearer"})
+        elif cfg.allow_anonymous:
+            who = ANONYMOUS
+        else:
+            raise HTTPException(401, "an API key is required (Authorization: Bearer <key>)",
+                                headers={"WWW-Authenticate": "Bearer"})
+        if not self.limiter.allow(who.name if who is not ANONYMOUS else f"anon:{request.client.host if request.client else ''}"):
+            raise HTTPException(429, "rate limit exceeded; slow down")
+        return who
+
+    def need(self, role: str) -> Callable[..., Principal]:
+        """A dependency that admits callers with at least ``role``."""
+        def check(who: Principal = Depends(self.principal)) -> Principal:
+            if who is ANONYMOUS:
+                raise HTTPException(401, f"this needs an API key with the {role} role",
+                                    headers={"WWW-Authenticate": "Bearer"})
+            if not who.at_least(role):
+                raise HTTPException(403, f"this needs the {role} role")
+            return who
+        return check

@@ -1,0 +1,181 @@
+"""What enters the index and who owns it: /documents, /ingest, DELETE /documents, /review, /reset.
+
+Uploads are parsed as the operator's loader parses files, bound to the caller's
+namespace (``@name/...``), owned by provenance, and quarantined until an admin approves
+the exact version shown in the queue - unless the key is trusted.
+"""
+
+from __future__ import annotations
+
+import re
+
+from fastapi import APIRouter, Depends, HTTPException
+from pydantic import BaseModel, Field
+
+from ... import guard
+from ...errors import MicroRAGError
+from ...ingest import apply_dlp, delete_documents, ingest_documents, store_form
+from ...load import jsonl_documents, load_documents, parse_upload
+from ...types import Document
+from ..auth import ANONYMOUS, Principal
+from ..context import ServerContext
+from ..state import QUARANTINE
+
+
+class IngestIn(BaseModel):
+    source: str = Field(min_length=1, max_length=300)
+    body: str = Field(min_length=1)
+    label: str | None = Field(default=None, max_length=40, pattern=r"^[a-z][a-z0-9_-]*$")
+
+
+def _listing(d, who: Principal, private: bool = True) -> dict:
+    """What /documents shows of a document (red team #4).
+
+    Never ``content_hash``: it is taken over the text *before* DLP redaction, so anyone
+    holding it can test guesses for a redacted value offline. The file it came from
+    (an absolute server path, the operator's account) is for admins only.
+    ``private=False`` is the lab baseline: the whole record.
+    """
+    if not private:
+        return dict(d.__dict__)
+    out = {"doc": d.doc, "label": d.label, "n_chunks": d.n_chunks, "ingested_at": d.ingested_at,
+           "principal": d.principal if d.principal.startswith("api:") else "operator"}
+    if who.at_least("admin"):
+        out.update(principal=d.principal, origin=d.origin)
+    return out
+
+
+PREVIEW_CHARS = 20_000  # of an upload, in the review queue
+
+
+def _namespace(key_name: str) -> str:
+    """Where a key's uploads live: "@name". Operator files come from folders on disk and
+    are owned by the operator; uploads are owned by their key, and ownership (not the
+    path) decides who may replace or delete, so even a folder named "@x" is safe."""
+    return "@" + key_name
+
+
+def _safe_source(source: str) -> str:
+    """A relative, traversal-free path fragment for a document name."""
+    parts = [p for p in re.split(r"[\\/]+", guard.canonical(source)) if p not in ("", ".", "..")]
+    name = "/".join(re.sub(r"[^\w.@-]", "_", p) for p in parts)
+    if not name:
+        raise MicroRAGError("source must name a document, e.g. 'runbooks/vpn.md'")
+    return name
+
+
+def router(ctx: ServerContext) -> APIRouter:
+    router = APIRouter()
+    cfg, on = ctx.cfg, ctx.on
+
+    @router.get("/documents")
+    def documents(who: Principal = Depends(ctx.principal)) -> list[dict]:
+        docs = cfg.store.documents().values()
+        visible = [d for d in docs if who.role == "admin" or d.label in who.clearance
+                   or (who is not ANONYMOUS and d.principal == f"api:{who.name}")]
+        return [_listing(d, who, on.private_listing) for d in visible]
+
+    # ------------------------------------------------------------ writing
+
+    @router.post("/ingest")
+    def ingest(body: IngestIn, who: Principal = Depends(ctx.need("contributor"))) -> dict:
+        # Bound to the caller, in a namespace no operator file maps to ("@name/...": see
+        # _namespace), and never over a document someone else owns.
+        name = f"{_namespace(who.name)}/{_safe_source(body.source)}" if on.namespaced_uploads else body.source
+        if on.confined_records:
+            # Parsed as the operator's loader parses a file; every document it yields must
+            # be this upload itself (a .jsonl record naming another document is refused).
+            docs = parse_upload(name, body.body)
+            strays = sorted({d.path for d in docs} - {name})
+            if strays:
+                raise HTTPException(400, f"a record names document {strays[0]!r}; records of an uploaded .jsonl "
+                                         "belong to that upload: drop their \"doc\" field or upload each document itself")
+        else:  # the lab baseline: the body as sent, .jsonl records naming any document (red team #12)
+            docs = jsonl_documents(body.body, name) if name.endswith(".jsonl") else [Document(name, body.body)]
+        if not any(d.text.strip() for d in docs):
+            raise MicroRAGError("the upload holds no text (an HTML page with nothing visible, or empty records)")
+        doc = name if name in {d.path for d in docs} else docs[0].path
+        for d in docs:
+            owner = cfg.store.documents().get(d.path)
+            if owner is not None and on.namespaced_uploads and owner.principal != f"api:{who.name}":
+                raise HTTPException(409, f"{d.path!r} belongs to someone else; upload under another name")
+        label = body.label or "public"
+        if label not in who.clearance and who.role != "admin":
+            raise HTTPException(403, f"you may not publish {label!r} documents")
+        hostile = guard.injection_check(body.body)
+        flags = [f"content: {r}" for r in hostile.reasons] if hostile.suspicious else []
+        status = "live" if who.trusted else "quarantined"
+        with ctx.lock:
+            report = ingest_documents(cfg.store, docs, cfg.settings, label=label if who.trusted else QUARANTINE,
+                                      principal=f"api:{who.name}", visible=on.visible_store)
+            findings = report.findings.get(doc, {})
+            if findings and cfg.settings.dlp == "label":
+                label = "restricted"
+                if who.trusted:
+                    cfg.store.relabel(doc, label)
+            if not who.trusted:
+                # The queue shows what will go live - the stored form, homoglyphs and all - and
+                # its version; approval names that version.
+                version = cfg.store.documents()[doc].content_hash
+                stored = apply_dlp(store_form(docs[0]), cfg.settings.dlp)[0].text
+                preview = stored[:PREVIEW_CHARS] + (f"\n[... {len(stored) - PREVIEW_CHARS} more characters]"
+                                                    if len(stored) > PREVIEW_CHARS else "")
+                cfg.state.queue(doc, label, who.name, findings, flags, version, preview)
+            ctx.reload()
+        cfg.state.audit(who.name, "ingest", doc, [], status, flags)
+        return {"doc": doc, "status": status, "label": label, "chunks": report.chunks_written,
+                "findings": findings, "flags": flags}
+
+    @router.delete("/documents/{doc:path}")
+    def delete(doc: str, who: Principal = Depends(ctx.need("contributor"))) -> dict:
+        record = cfg.store.documents().get(doc)
+        # Ownership is provenance (who uploaded it), not a path prefix a key name could mimic.
+        if who.role != "admin" and (record is None or record.principal != f"api:{who.name}"):
+            raise HTTPException(403, "you may only delete your own documents")
+        with ctx.lock:
+            delete_documents(cfg.store, [doc])
+            cfg.state.take(doc)
+            ctx.reload()
+        cfg.state.audit(who.name, "delete", doc, [], "deleted", [])
+        return {"deleted": doc}
+
+    @router.get("/review")
+    def review(who: Principal = Depends(ctx.need("admin"))) -> list[dict]:
+        return cfg.state.pending()
+
+    @router.post("/review/{doc:path}/{decision}")
+    def decide(doc: str, decision: str, version: str | None = None, who: Principal = Depends(ctx.need("admin"))) -> dict:
+        """Approve or reject a queued upload. Approval names the ``version`` the reviewer
+        read (from GET /review): a newer upload under the same name is not approved with it."""
+        if decision not in ("approve", "reject"):
+            raise HTTPException(404, "use /review/<doc>/approve?version=<version> or /review/<doc>/reject")
+        if decision == "approve" and not version:
+            raise HTTPException(422, "approving needs ?version=<the version shown by GET /review>")
+        with ctx.lock:
+            entry = cfg.state.take(doc, version if decision == "approve" else None)
+            if entry is None:
+                raise HTTPException(404, f"{doc!r} is not waiting for review")
+            if entry.get("stale"):
+                raise HTTPException(409, f"{doc!r} changed since that version was shown (now {entry['version'][:12]}); "
+                                         "review it again")
+            if decision == "approve":
+                cfg.store.relabel(doc, entry["label"])
+            else:
+                delete_documents(cfg.store, [doc])
+            ctx.reload()
+        cfg.state.audit(who.name, "review", doc, [], decision, [])
+        return {"doc": doc, "decision": decision}
+
+    @router.post("/reset")
+    def reset(who: Principal = Depends(ctx.need("admin"))) -> dict:
+        if not cfg.corpus:
+            raise MicroRAGError("this server was started without a corpus to reset from (serve --corpus PATH)")
+        with ctx.lock:
+            docs = load_documents(cfg.corpus)
+            gone = [d for d in cfg.store.documents() if d not in {x.path for x in docs}]
+            report = ingest_documents(cfg.store, docs, cfg.settings, principal=f"operator:{who.name}", prune_missing=gone)
+            ctx.reload()
+        cfg.state.audit(who.name, "reset", ",".join(cfg.corpus), [], report.summary(), [])
+        return {"summary": report.summary(), "generation": report.generation}
+
+    return router

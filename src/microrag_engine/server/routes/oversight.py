@@ -1,0 +1,76 @@
+"""The page, who am I, liveness, and the audit trail (admins): /, /ui, /whoami, /health, /audit."""
+
+from __future__ import annotations
+
+from collections import defaultdict
+from pathlib import Path
+
+import numpy as np
+from fastapi import APIRouter, Depends, HTTPException, Request
+from fastapi.responses import FileResponse
+
+from ...engine import Engine
+from ..auth import ANONYMOUS, Principal
+from ..config import UI_HEADERS
+from ..context import ServerContext
+
+
+def router(ctx: ServerContext) -> APIRouter:
+    router = APIRouter()
+    cfg, on = ctx.cfg, ctx.on
+
+    static = Path(__file__).parents[1] / "static"
+
+    @router.get("/", include_in_schema=False)
+    def index():
+        return FileResponse(static / "index.html", headers=UI_HEADERS)
+
+    @router.get("/whoami")
+    def whoami(who: Principal = Depends(ctx.principal)) -> dict:
+        return {"name": who.name, "role": who.role, "clearance": sorted(who.clearance)}
+
+    @router.get("/health")
+    def health(request: Request) -> dict:
+        """Liveness for anyone (no key needed, nothing revealed, no rate budget spent);
+        counts for admins only: they include quarantined and restricted documents."""
+        has_key = request.headers.get("authorization") or request.headers.get("x-api-key")
+        try:
+            who = ctx.principal(request) if has_key else ANONYMOUS
+        except HTTPException:
+            who = ANONYMOUS
+        if on.closed_surface and (who is ANONYMOUS or not who.at_least("admin")):
+            return {"status": "ok"}
+        eng = ctx.engine
+        return {"status": "ok", "chunks": eng.n_chunks if eng else 0,
+                "documents": len(eng.documents) if eng else 0, "generation": eng.generation if eng else 0}
+
+    @router.get("/audit")
+    def audit(limit: int = 100, principal_name: str | None = None, who: Principal = Depends(ctx.need("admin"))):
+        return cfg.state.trail(max(1, min(limit, 1000)), principal_name)
+
+    @router.get("/audit/collisions")
+    def collisions(min_queries: int = 5, who: Principal = Depends(ctx.need("admin"))):
+        return collision_report(cfg.state.trail(1000), ctx.engine, min_queries)
+
+    return router
+
+
+def collision_report(trail: list[dict], engine: Engine | None, min_queries: int = 5) -> list[dict]:
+    """Documents that surface for many *unrelated* queries - the mark of an embedding-collision
+    or slow-drip attack. Unrelated = low mean pairwise similarity of those queries' embeddings."""
+    by_doc: dict[str, set[str]] = defaultdict(set)
+    for row in trail:
+        if row["action"] == "query":
+            for h in row["hits"]:
+                by_doc[h["id"].rsplit("#", 1)[0]].add(row["query"])
+    out = []
+    for doc, queries in by_doc.items():
+        if len(queries) < min_queries or engine is None:
+            continue
+        qs = sorted(queries)
+        v = engine.index.embedder.embed(qs)
+        sim = v @ v.T
+        mean = float((sim.sum() - np.trace(sim)) / (len(qs) * (len(qs) - 1)))
+        out.append({"doc": doc, "queries": len(qs), "mean_query_similarity": round(mean, 3),
+                    "suspicious": mean < 0.35, "examples": qs[:5]})
+    return sorted(out, key=lambda r: (not r["suspicious"], -r["queries"]))
