@@ -21,11 +21,11 @@ import numpy as np
 
 from .augment import citation
 from .text import bm25_tokens, sentence_spans
-from .types import Retrieval
+from .types import NOT_IN_DOCUMENTS, Retrieval
 
 log = logging.getLogger("microrag")
 
-REFUSAL = "I don't have that in the indexed documents."
+REFUSAL = NOT_IN_DOCUMENTS
 
 # ---------------------------------------------------------------- LLM client
 

@@ -64,3 +64,8 @@ class Retrieval:
     best_raw_kw: float = 0.0
     best_raw_em: float = 0.0
     capped: list[str] = field(default_factory=list)  # ids the diversity cap pushed out
+
+
+# What an answer says when there is nothing to say - one wording per reason, everywhere.
+NOT_IN_DOCUMENTS = "I don't have that in the indexed documents."  # the gate refused: nothing retrieved answers it
+NOT_SUPPORTED = "I can't give an answer that the documents support."  # verification removed every sentence

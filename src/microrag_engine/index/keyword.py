@@ -10,6 +10,7 @@ query could reach, which the grounding gate reads as coverage).
 
 from __future__ import annotations
 
+import math
 from collections import Counter
 from collections.abc import Sequence
 from typing import Protocol
@@ -78,6 +79,11 @@ class TfidfScorer:
         return dot / (np.sqrt(qnorm2) * self.norms + 1e-9)
 
 
+def lucene_idf(df: int, n: int) -> float:
+    """Lucene's IDF, ``ln(1 + (N - df + 0.5) / (df + 0.5))``: in memory and in the database alike."""
+    return math.log(1 + (n - df + 0.5) / (df + 0.5))
+
+
 class BM25Scorer:
     """BM25 (Lucene variant) via bm25s over :func:`bm25_tokens`."""
 
@@ -98,8 +104,7 @@ class BM25Scorer:
 
     def idf(self, term: str) -> float:
         """Lucene IDF, ``ln(1 + (N - df + 0.5) / (df + 0.5))``; unseen terms get the highest."""
-        df = self.df.get(term, 0)
-        return float(np.log(1 + (self.n - df + 0.5) / (df + 0.5)))
+        return lucene_idf(self.df.get(term, 0), self.n)
 
     def ceiling(self, query: str) -> float:
         """The most any chunk could score for ``query``: Lucene's term weight

@@ -17,7 +17,6 @@ This module needs the ``postgres`` extra (psycopg).
 
 from __future__ import annotations
 
-import math
 import re
 import threading
 import zlib
@@ -26,6 +25,7 @@ from collections import Counter
 import numpy as np
 
 from ..errors import MicroRAGError
+from ..index.keyword import lucene_idf
 from ..text import bm25_tokens
 from ..types import Chunk
 from .base import DocRecord, DocUpdate, SearchableStore, Snapshot, check_snapshot
@@ -54,11 +54,6 @@ def bm25_doc_weights(tf: dict[int, int], dl: int, avgdl: float, k1: float, b: fl
     """Lucene BM25 document-side term weights (the query side supplies IDF)."""
     norm = k1 * (1 - b + b * dl / max(avgdl, 1e-9))
     return {t: f / (f + norm) for t, f in tf.items()}
-
-
-def bm25_idf(df: int, n: int) -> float:
-    """Lucene's IDF: ln(1 + (N - df + 0.5) / (df + 0.5))."""
-    return math.log(1 + (n - df + 0.5) / (df + 0.5))
 
 
 class PostgresStore(SearchableStore):
@@ -279,7 +274,7 @@ class PostgresStore(SearchableStore):
                                    label_args).fetchone()[0])
             dfs = dict(self._x(f"SELECT term, sum(df)::int FROM term_df WHERE term = ANY(%s::bigint[]) {label_sql} "
                                "GROUP BY term HAVING sum(df) > 0", (terms, *label_args)).fetchall()) if terms else {}
-            q_sparse = sparse_literal({t: bm25_idf(dfs[t], n_chunks) for t in terms if t in dfs})
+            q_sparse = sparse_literal({t: lucene_idf(dfs[t], n_chunks) for t in terms if t in dfs})
             qv = vector_literal(qvec)
             ids = [r[0] for r in self._x(
                 f"SELECT id FROM chunks WHERE embedding IS NOT NULL {label_sql} ORDER BY embedding <=> %s::vector LIMIT %s",
@@ -293,7 +288,7 @@ class PostgresStore(SearchableStore):
                            (q_sparse, qv, list(dict.fromkeys(ids)))).fetchall()
         # Terms no chunk has get the highest IDF, as in the in-memory scorer.
         tokens = bm25_tokens(query)
-        ceiling = sum(bm25_idf(dfs.get(term_id(t), 0), n_chunks) for t in tokens)
+        ceiling = sum(lucene_idf(dfs.get(term_id(t), 0), n_chunks) for t in tokens)
         return [(Chunk(*r[:6]), float(r[6] or 0.0), float(r[7])) for r in rows], ceiling
 
     def relabel(self, doc: str, label: str) -> int:

@@ -21,11 +21,13 @@ from collections.abc import Sequence
 from dataclasses import asdict, dataclass
 
 from .. import rx
+from ..config import VERIFY_POLICIES
 from ..text import sentence_spans
+from ..types import NOT_SUPPORTED
 
 ENTAILED, NEUTRAL, CONTRADICTED = "entailed", "neutral", "contradicted"
-POLICIES = ("flag", "drop", "refuse")
-REFUSAL = "I can't give an answer that the documents support."
+POLICIES = VERIFY_POLICIES
+REFUSAL = NOT_SUPPORTED
 
 # Citation markers: [1], [2, 3], [handbook.md#4], and the prompt's own [source: doc · chunk k].
 _CITE = rf"\[(?:{rx.DIGIT}+(?:{rx.SPACE}*,{rx.SPACE}*{rx.DIGIT}+)*|[^\[\]{rx.SPACES}]+#{rx.DIGIT}+|source:[^\[\]]*)\]"
