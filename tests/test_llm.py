@@ -1,4 +1,4 @@
-"""The OpenAI-compatible SSE client (``microrag_engine.generate``) against a real local HTTP server.
+"""runtime/llm.py: the OpenAI-compatible SSE client against a real local HTTP server.
 
 Each test scripts a ``ThreadingHTTPServer`` on 127.0.0.1 (OS-assigned port) with a list
 of responses, one per successive ``POST /chat/completions``; the server records every
