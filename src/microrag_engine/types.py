@@ -69,3 +69,10 @@ class Retrieval:
 # What an answer says when there is nothing to say - one wording per reason, everywhere.
 NOT_IN_DOCUMENTS = "I don't have that in the indexed documents."  # the gate refused: nothing retrieved answers it
 NOT_SUPPORTED = "I can't give an answer that the documents support."  # verification removed every sentence
+
+# The three outcomes of checking a claim against a passage - one vocabulary for the NLI
+# model, the LLM judge, verification and every front end. A verdict's position here is
+# also its column in every probability row the checkers return.
+VERDICTS = ("entailed", "neutral", "contradicted")
+ENTAILED, NEUTRAL, CONTRADICTED = VERDICTS
+E, N, C = (VERDICTS.index(v) for v in VERDICTS)

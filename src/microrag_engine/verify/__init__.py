@@ -23,9 +23,8 @@ from dataclasses import asdict, dataclass
 from .. import rx
 from ..config import VERIFY_POLICIES
 from ..text import sentence_spans
-from ..types import NOT_SUPPORTED
+from ..types import CONTRADICTED, ENTAILED, NEUTRAL, NOT_SUPPORTED, C, E
 
-ENTAILED, NEUTRAL, CONTRADICTED = "entailed", "neutral", "contradicted"
 POLICIES = VERIFY_POLICIES
 REFUSAL = NOT_SUPPORTED
 
@@ -158,13 +157,13 @@ def decide(probs: Sequence[Sequence[float]], min_entail: float, min_contra: floa
     neutral, pointing at the chunk that came closest to supporting it.
     Returns (verdict, probability, index of the deciding chunk).
     """
-    best = max(range(len(probs)), key=lambda i: probs[i][0])
-    if probs[best][0] >= min_entail:
-        return ENTAILED, float(probs[best][0]), best
-    worst = max(range(len(probs)), key=lambda i: probs[i][2])
-    if probs[worst][2] >= min_contra:
-        return CONTRADICTED, float(probs[worst][2]), worst
-    return NEUTRAL, float(1.0 - probs[best][0]), best
+    best = max(range(len(probs)), key=lambda i: probs[i][E])
+    if probs[best][E] >= min_entail:
+        return ENTAILED, float(probs[best][E]), best
+    worst = max(range(len(probs)), key=lambda i: probs[i][C])
+    if probs[worst][C] >= min_contra:
+        return CONTRADICTED, float(probs[worst][C]), worst
+    return NEUTRAL, float(1.0 - probs[best][E]), best
 
 
 def apply_policy(answer: str, verdicts: Sequence[SentenceVerdict], policy: str) -> str:

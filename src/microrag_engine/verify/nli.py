@@ -28,8 +28,9 @@ from ..runtime.crossencoder import CrossEncoder, load_encoder, softmax
 from ..runtime.llm import chat
 from ..runtime.onnx import shipped_dir
 from ..text import sentence_spans
+from ..types import C, E, N
 
-E, N, C = 0, 1, 2  # column order of every probability row we return
+# The names models and judges use for the three outcomes -> our columns (types.VERDICTS).
 _LABEL_NAMES = {"entailment": E, "entail": E, "entailed": E, "neutral": N, "not_entailment": N,
                 "contradiction": C, "contradict": C, "contradicted": C}
 
