@@ -209,3 +209,80 @@ def test_css_that_shows_text_keeps_it(shown):
     from microrag_engine.load import html_text
 
     assert "CANARY" in html_text("<p>Permits are issued by facilities.</p>" + shown)
+
+
+# The outside review's second round: hiding by at-rules, the cascade, newer colour syntax,
+# units, transforms and elements a browser never renders as text.
+HIDING_TOO = [
+    '<style>@media screen{.x{display:none}}</style><p class="x">CANARY</p>',
+    '<style>@supports (display:none){.x{display:none}}</style><p class="x">CANARY</p>',
+    '<style>@layer a{.x{display:none}}</style><p class="x">CANARY</p>',
+    '<style>/* background */</style><p style="color:white">CANARY</p>',          # a word in a comment is no background
+    '<style>body{background:white} .x{color:white}</style><p class="x">CANARY</p>',
+    '<p style="display:none" style="color:black">CANARY</p>',                     # the first attribute wins
+    '<p style="display:none !important; display:block">CANARY</p>',
+    '<style>.x, ::-moz-selection{display:none}</style><p class="x">CANARY</p>',  # one unknown selector voids nothing
+    '<p style="color:hsl(0 0% 100%)">CANARY</p>',
+    '<p style="color:rgb(255 255 255 / 0)">CANARY</p>',
+    '<p style="color:oklch(1 0 0)">CANARY</p>',
+    '<p style="color:#fefefe">CANARY</p>',
+    '<p style="-webkit-text-fill-color:transparent">CANARY</p>',
+    '<p style="font-size:calc(0px)">CANARY</p>',
+    '<p style="font-size:0.05pc">CANARY</p>',
+    '<p style="max-height:0;overflow:hidden">CANARY</p>',
+    '<p style="height:0;overflow-y:clip">CANARY</p>',
+    '<span style="position:absolute;clip:rect(1px,1px,1px,1px)">CANARY</span>',
+    '<p style="transform:translateX(-9999px)">CANARY</p>',
+    '<p style="transform:rotate(0deg) scale(0)">CANARY</p>',
+    '<p style="transform:matrix(0,0,0,0,0,0)">CANARY</p>',
+    '<p style="scale:0">CANARY</p>',
+    '<p style="filter:opacity(0)">CANARY</p>',
+    '<p style="content-visibility:hidden">CANARY</p>',
+    '<p style="zoom:0.01">CANARY</p>',
+    '<details><summary>Info</summary>CANARY</details>',
+    '<dialog>CANARY</dialog>',
+    '<iframe>CANARY</iframe>',
+    '<video>CANARY</video>',
+    '<svg><desc>CANARY</desc></svg>',
+    '<p><![CDATA[CANARY]]></p>',
+]
+SHOWING_TOO = [
+    '<details open><summary>Info</summary>CANARY</details>',
+    '<details><summary>CANARY</summary>more</details>',
+    '<style>body{background:#111}</style><p style="color:white">CANARY</p>',  # a dark theme
+    '<body bgcolor="black"><p style="color:white">CANARY</p></body>',
+    '<style>@media print{.x{display:none}}</style><p class="x">CANARY</p>',
+    '<p style="transform:translateX(20px) scale(1.2)">CANARY</p>',
+]
+
+
+@pytest.mark.parametrize("hidden", HIDING_TOO)
+def test_more_css_that_hides_text(hidden):
+    from microrag_engine.load import html_text
+
+    text = html_text("<p>Permits are issued by facilities.</p>" + hidden)
+    assert "Permits are issued" in text and "CANARY" not in text
+
+
+@pytest.mark.parametrize("shown", SHOWING_TOO)
+def test_more_css_that_shows_text(shown):
+    from microrag_engine.load import html_text
+
+    assert "CANARY" in html_text("<p>Permits are issued by facilities.</p>" + shown)
+
+
+def test_hostile_style_work_is_bounded(tmp_path):
+    """Red team #1 for HTML: deep white-text nesting stays linear; a sheet whose matching
+    would cost rules x elements beyond the bound is refused, not left to run for minutes."""
+    from microrag_engine.load import MAX_STYLE_WORK, html_text
+
+    deep = '<div style="color:white">' * 5000 + "x" + "</div>" * 5000
+    html_text(deep)  # quadratic before: 8 s at this depth, 104 s at 20,000
+    rules = 5000
+    sheet = "<style>" + "".join(f".c{i}{{display:none}}" for i in range(rules)) + "</style>"
+    page = sheet + "".join(f"<p class='c{i}'>t</p>" for i in range(MAX_STYLE_WORK // rules + 10))
+    with pytest.raises(ValueError, match="convert the page to text"):
+        html_text(page)
+    (tmp_path / "page.html").write_text(page)
+    (tmp_path / "plain.md").write_text("A plain page.")
+    assert [d.path for d in load_documents([tmp_path])] == ["plain.md"]  # skipped, with one warning

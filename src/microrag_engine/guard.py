@@ -364,6 +364,20 @@ def _grams(text: str) -> set[str]:
 
 
 _ATTACK_GRAMS = [(_grams(a), a) for a in ATTACKS]
+# The attack phrases with every non-letter removed: matched as substrings of the text
+# folded the same way, so glued words ("ignoreallprevious...", what removing invisible
+# separators leaves) and letters spaced one by one still match (long phrases only).
+_ATTACK_RUNS = [("".join(ch for ch in a.lower() if ch.isalnum()), a) for a in ATTACKS]
+_ATTACK_RUNS = [(run, a) for run, a in _ATTACK_RUNS if len(run) >= 16]
+
+
+def _letters_only(text: str) -> str:
+    """``text`` for the checks' eyes only: decomposed, marks drawn over letters dropped
+    (U+0336 strike-through, accents), then only letters and digits kept. Fillers a
+    reader skips (controls, private-use, unassigned, the braille blank) vanish with the
+    spaces, so text padded with them reads as the words it spells."""
+    folded = unicodedata.normalize("NFKD", text.lower())
+    return "".join(ch for ch in folded if ch.isalnum() and unicodedata.category(ch) not in ("Mn", "Me"))
 
 
 @dataclass(frozen=True)
@@ -386,6 +400,11 @@ def injection_check(text: str, threshold: float = 0.5) -> InjectionVerdict:
         if score > best:
             best, best_name = score, name
     reasons = []
+    if best < threshold:  # glued, spaced, struck-through or padded spellings of a known phrase
+        letters = _letters_only(canon)
+        glued = next((a for run, a in _ATTACK_RUNS if run in letters), "")
+        if glued:
+            best, best_name = 1.0, glued
     if best >= threshold:
         reasons.append(f"similar to known attack: {best_name!r}")
     if _TOOL_CALL.search(canon):

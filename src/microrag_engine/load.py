@@ -61,9 +61,22 @@ def _read_html(path: Path) -> str:
 # ---------------------------------------------------------------- what a browser would not show
 
 # Red team #12: instructions hidden from the reader but indexed for the model. Styles are
-# parsed as CSS (tinycss2: comments, escapes and !important handled as a browser does),
-# inline and in <style> rules (matched with soupsieve's selectors), and judged by effect.
-_OFFSCREEN_PX = 999  # position/indent this far off the page (the "left:-9999px" trick)
+# parsed as CSS (tinycss2: comments, escapes and !important as a browser reads them),
+# inline and in <style> rules (also inside @media screen/all, @supports and @layer),
+# selectors matched by soupsieve one by one, and judged by effect. What is not computed
+# (the full cascade, var(), layout) is listed in SECURITY.md.
+_OFFSCREEN_PX = 999  # position/indent/translation this far off the page ("left:-9999px")
+_TINY_PX = 2.0  # text smaller than this is unreadable
+# Elements whose content a browser does not render as text (fallback content, closed
+# widgets, descriptions), beside script/style/template/noscript which are removed first.
+_UNSHOWN = ("noembed", "noframes", "iframe", "datalist", "audio", "video", "canvas", "object", "dialog:not([open])",
+            "annotation", "annotation-xml", "svg desc", "svg title")
+# Work bound for <style> rules: matching costs (compound selectors x elements), about 2 us
+# each here. A page past it is refused with a clear error (a hostile one held a worker for
+# minutes); real documentation pages stay far below it.
+MAX_STYLE_WORK = 1_000_000
+_UNITS_PX = {"px": 1, "pt": 4 / 3, "pc": 16, "em": 16, "rem": 16, "ex": 8, "ch": 8, "cm": 37.8, "mm": 3.78, "q": 0.945,
+             "in": 96, "vw": 12.8, "vh": 8, "vmin": 8, "vmax": 12.8}
 
 
 def _values(decl) -> list:
@@ -72,105 +85,227 @@ def _values(decl) -> list:
 
 def _length_px(token) -> float | None:
     """A length in CSS px where the unit says so (0 in any unit is 0); None otherwise."""
+    if token is None:
+        return None
     if token.type == "number" and token.value == 0:
         return 0.0
     if token.type == "percentage":
         return token.value / 100 * 16
     if token.type == "dimension":
-        scale = {"px": 1, "pt": 4 / 3, "em": 16, "rem": 16, "ex": 8, "ch": 8, "cm": 37.8, "mm": 3.78, "in": 96}.get(token.lower_unit)
+        scale = _UNITS_PX.get(token.lower_unit)
         return None if scale is None else token.value * scale
+    if token.type == "function" and token.lower_name == "calc":  # calc(<one length>)
+        inner = [t for t in token.arguments if t.type not in ("whitespace", "comment")]
+        return _length_px(inner[0]) if len(inner) == 1 else None
     return None
 
 
-def _transparent(tokens) -> bool:
-    from tinycss2.color3 import parse_color
+def _colour(tokens) -> tuple[tuple[float, float, float] | None, float] | None:
+    """(sRGB or None when the space is not convertible, alpha) of a colour value."""
+    from tinycss2.color4 import parse_color
 
     color = parse_color(tokens[0]) if len(tokens) == 1 else None
-    return color is not None and color != "currentColor" and (color.alpha <= 0.05 or color[:3] == (1.0, 1.0, 1.0))
+    if color is None or isinstance(color, str):  # unparsed, or currentcolor
+        return None
+    try:
+        return tuple(color.to("srgb").coordinates), color.alpha
+    except NotImplementedError:  # lab/lch/oklab/oklch: read lightness instead
+        lightness = color.coordinates[0] / (100 if color.space in ("lab", "lch") else 1)
+        return ((1.0, 1.0, 1.0) if lightness >= 0.95 else None), color.alpha
+
+
+def _white_or_clear(tokens) -> bool:
+    got = _colour(tokens)
+    if got is None:
+        return False
+    rgb, alpha = got
+    return alpha <= 0.05 or (rgb is not None and min(rgb) >= 0.94)
+
+
+def _cascade(declarations: list) -> dict[str, list]:
+    """Property -> value, later declarations winning unless an earlier one is !important."""
+    found: dict[str, list] = {}
+    important: set[str] = set()
+    for d in declarations:
+        if d.type != "declaration" or (d.lower_name in important and not d.important):
+            continue
+        found[d.lower_name] = _values(d)
+        if d.important:
+            important.add(d.lower_name)
+    return found
+
+
+def _scales_to_nothing(values: list) -> bool:
+    for t in values:
+        if t.type != "function":
+            continue
+        nums = [a.value for a in t.arguments if a.type in ("number", "percentage")]
+        name = t.lower_name
+        if name.startswith("scale") and nums and min(abs(n) for n in nums) <= 0.01:
+            return True
+        if name == "matrix" and len(nums) == 6 and abs(nums[0] * nums[3] - nums[1] * nums[2]) <= 1e-4:
+            return True
+        if name.startswith("translate"):
+            offsets = [_length_px(a) for a in t.arguments if a.type in ("dimension", "number", "percentage", "function")]
+            if any(o is not None and abs(o) >= _OFFSCREEN_PX for o in offsets):
+                return True
+    return False
 
 
 def _hides(declarations: list) -> str:
     """Why these declarations hide an element's text ("" when they do not)."""
-    found = {d.lower_name: _values(d) for d in declarations if d.type == "declaration"}
+    found = _cascade(declarations)
     first = {k: (v[0] if v else None) for k, v in found.items()}
     ident = {k: (t.lower_value if t is not None and t.type == "ident" else "") for k, t in first.items()}
     if ident.get("display") == "none":
         return "display:none"
-    if ident.get("visibility") in ("hidden", "collapse"):
+    if ident.get("visibility") in ("hidden", "collapse") or ident.get("content-visibility") == "hidden":
         return "visibility"
-    opacity = first.get("opacity")
-    if opacity is not None and opacity.type in ("number", "percentage") and opacity.value <= (5 if opacity.type == "percentage" else 0.05):
+    for prop in ("opacity", "zoom"):
+        value = first.get(prop)
+        if value is not None and value.type in ("number", "percentage") and value.value <= (5 if value.type == "percentage" else 0.05):
+            return prop
+    if any(t.type == "function" and t.lower_name == "opacity" and any(a.type in ("number", "percentage") and a.value <= 0.05
+                                                                       for a in t.arguments) for t in found.get("filter", [])):
         return "opacity"
-    size = _length_px(first["font-size"]) if first.get("font-size") is not None else None
-    if size is not None and size < 2:
+    size = _length_px(first.get("font-size"))
+    if size is not None and size < _TINY_PX:
         return "font-size"
-    # White or transparent text (a page without a background is white): as with PDFs.
-    if found.get("color") and "background" not in found and "background-color" not in found and _transparent(found["color"]):
-        return "colour"
-    for prop in ("left", "top", "right", "text-indent", "margin-left", "margin-top"):
-        off = _length_px(first[prop]) if first.get(prop) is not None else None
-        if off is not None and off <= -_OFFSCREEN_PX:
+    # White or transparent text, when the element sets no background (the caller checks
+    # the ancestors and the style sheets): a page without one is white, as with PDFs.
+    for prop in ("color", "-webkit-text-fill-color"):
+        if found.get(prop) and _white_or_clear(found[prop]) and not ({"background", "background-color"} & set(found)):
+            return "colour"
+    for prop in ("left", "top", "right", "bottom", "inset", "text-indent", "margin-left", "margin-top", "letter-spacing"):
+        off = _length_px(first.get(prop))
+        if off is not None and off <= (-_OFFSCREEN_PX if prop != "letter-spacing" else -8):
             return "off-screen"
-    sizes = [_length_px(first[p]) for p in ("width", "height") if first.get(p) is not None]
-    if ident.get("overflow") == "hidden" and any(size is not None and size <= 1 for size in sizes):
+    overflow = {ident.get(p) for p in ("overflow", "overflow-x", "overflow-y")}
+    sizes = [_length_px(first.get(p)) for p in ("width", "height", "max-width", "max-height")]
+    if overflow & {"hidden", "clip"} and any(s is not None and s <= 1 for s in sizes):
         return "zero size"
     clip = found.get("clip-path") or found.get("clip")
-    if clip and clip[0].type == "function" and clip[0].lower_name in ("inset", "rect", "circle"):
-        args = [_length_px(t) for t in clip[0].arguments if t.type in ("number", "dimension", "percentage")]
-        if clip[0].lower_name == "inset" and any(t.type == "percentage" and t.value >= 50 for t in clip[0].arguments):
+    if clip and clip[0].type == "function":
+        args = [a for a in clip[0].arguments if a.type in ("number", "dimension", "percentage")]
+        px = [_length_px(a) for a in args]
+        name = clip[0].lower_name
+        if name == "inset" and any(a.type == "percentage" and a.value >= 50 for a in args):
             return "clipped"
-        if args and all(a == 0 for a in args if a is not None):
+        box = [p for p in px if p is not None]
+        if name == "rect" and len(box) == 4 and abs(box[1] - box[3]) <= 1 and abs(box[2] - box[0]) <= 1:
             return "clipped"
-    transform = first.get("transform")
-    if transform is not None and transform.type == "function" and transform.lower_name.startswith("scale"):
-        if any(t.type == "number" and t.value == 0 for t in transform.arguments):
-            return "scaled to zero"
+        if name in ("circle", "ellipse", "polygon") and px and all(p == 0 for p in px if p is not None):
+            return "clipped"
+    if _scales_to_nothing(found.get("transform", []) + found.get("translate", []) + found.get("scale", [])):
+        return "transformed away"
+    scale = first.get("scale")
+    if scale is not None and scale.type in ("number", "percentage") and scale.value <= 0.01:
+        return "transformed away"
     return ""
 
 
-def _hidden_elements(soup) -> list:
-    """Elements whose text a browser would not show: the ``hidden`` attribute, hiding
-    inline styles, and elements a hiding <style> rule selects."""
+def _rules(nodes: list) -> list:
+    """Qualified rules of a sheet, with those inside @media (not print-only), @supports and @layer."""
     import tinycss2
 
-    def background(tag) -> bool:  # white text is only hidden on the default white page
-        return any("background" in (t.get("style") or "").lower() or t.has_attr("bgcolor") for t in [tag, *tag.parents])
+    out = []
+    for rule in nodes:
+        if rule.type == "qualified-rule":
+            out.append(rule)
+        elif rule.type == "at-rule" and rule.content is not None and rule.lower_at_keyword in ("media", "supports", "layer", "container"):
+            media = tinycss2.serialize(rule.prelude).strip().lower()
+            if rule.lower_at_keyword == "media" and media and "screen" not in media and "all" not in media:
+                continue  # print, speech: not what a reader of the screen sees
+            out += _rules(tinycss2.parse_rule_list(rule.content, skip_comments=True, skip_whitespace=True))
+    return out
 
-    sheets = " ".join(sheet.get_text() for sheet in soup.find_all("style")).lower()
-    hidden = [tag for tag in soup.find_all(True) if tag.has_attr("hidden")]
-    for tag in soup.find_all(style=True):
-        why = _hides(tinycss2.parse_declaration_list(tag["style"], skip_comments=True, skip_whitespace=True))
-        if why and not (why == "colour" and ("background" in sheets or background(tag))):
+
+def _selectors(prelude) -> list[str]:
+    """A rule's selector list, one selector each: an unknown one must not void the others."""
+    import tinycss2
+
+    return [s.strip() for s in tinycss2.serialize(prelude).split(",") if s.strip()]
+
+
+def _background(found: dict[str, list]) -> bool:
+    """Whether declarations set a background that white text could be read on (not white)."""
+    for prop in ("background", "background-color"):
+        for t in found.get(prop, []):
+            got = _colour([t])
+            if got is not None and got[0] is not None and min(got[0]) < 0.94 and got[1] > 0.05:
+                return True
+            if t.type in ("url", "function") and not (got and got[0]):  # an image or gradient: assume readable
+                return True
+    return False
+
+
+def _hidden_elements(soup, name: str) -> list:
+    """Elements whose text a browser would not show: the ``hidden`` attribute, elements
+    not rendered as text, hiding inline styles, and what a hiding <style> rule selects."""
+    import tinycss2
+    from bs4 import Tag
+    from soupsieve import SelectorSyntaxError
+
+    tags = soup.find_all(True)
+    # A background that makes white text readable, inherited down the tree: one pass in
+    # document order (a parent is always met before its children).
+    on_background: dict[int, bool] = {}
+    rules = [r for sheet in soup.find_all("style")
+             for r in _rules(tinycss2.parse_stylesheet(sheet.get_text(), skip_comments=True, skip_whitespace=True))]
+    sheet_background = any(_background(_cascade(tinycss2.parse_declaration_list(r.content, skip_comments=True,
+                                                                                 skip_whitespace=True))) for r in rules)
+    hidden = [tag for tag in tags if tag.has_attr("hidden")]
+    for tag in tags:
+        own = tag.get("style") or ""
+        found = _cascade(tinycss2.parse_declaration_list(own, skip_comments=True, skip_whitespace=True)) if own else {}
+        on_background[id(tag)] = (on_background.get(id(tag.parent), False) or _background(found)
+                                  or (tag.has_attr("bgcolor") and str(tag["bgcolor"]).strip().lower() not in ("white", "#fff", "#ffffff")))
+        why = _hides(tinycss2.parse_declaration_list(own, skip_comments=True, skip_whitespace=True)) if own else ""
+        if why and not (why == "colour" and (sheet_background or on_background.get(id(tag.parent), False) or _background(found))):
             hidden.append(tag)
-    for sheet in soup.find_all("style"):
-        for rule in tinycss2.parse_stylesheet(sheet.get_text(), skip_comments=True, skip_whitespace=True):
-            if rule.type != "qualified-rule":
-                continue  # @media and friends: screen-dependent, left alone
-            declarations = tinycss2.parse_declaration_list(rule.content, skip_comments=True, skip_whitespace=True)
-            why = _hides(declarations)
-            if not why or (why == "colour" and "background" in sheets):
-                continue
-            try:
-                hidden += soup.select(tinycss2.serialize(rule.prelude).strip())
-            except Exception:  # a selector soupsieve does not know (:hover, vendor pseudo-classes)
-                continue
+    for selector in _UNSHOWN:
+        hidden += soup.select(selector)
+    for closed in soup.find_all("details"):  # closed: only its summary shows
+        if not closed.has_attr("open"):
+            hidden += [c for c in closed.children if not (isinstance(c, Tag) and c.name == "summary")]
+    hiding = [(r, why) for r in rules
+              if (why := _hides(tinycss2.parse_declaration_list(r.content, skip_comments=True, skip_whitespace=True)))
+              and not (why == "colour" and sheet_background)]
+    selectors = [sel for rule, _ in hiding for sel in _selectors(rule.prelude)]
+    # Matching one compound selector ("div", ".x", "span.k") against every element is the unit of work.
+    work = sum(len(sel.replace(">", " ").replace("+", " ").replace("~", " ").split()) for sel in selectors) * len(tags)
+    if work > MAX_STYLE_WORK:
+        raise ValueError(f"{len(selectors)} hiding style selectors over {len(tags)} elements is more than can be checked "
+                         "for hidden text; convert the page to text first")
+    for selector in selectors:
+        try:
+            hidden += soup.select(selector)
+        except (SelectorSyntaxError, NotImplementedError):  # :hover, ::first-line, vendor pseudo-classes
+            continue
     return hidden
 
 
 def html_text(html: str, name: str = "page") -> str:
     """The text a browser shows of ``html`` (``name`` only labels the warning)."""
-    from bs4 import BeautifulSoup  # core dependency; imported late to keep start-up fast
+    from bs4 import BeautifulSoup, CData, Tag  # core dependency; imported late to keep start-up fast
 
-    soup = BeautifulSoup(html, "html.parser")
-    hidden = _hidden_elements(soup)  # before <style> goes: its rules hide elements too
+    # A repeated attribute keeps its first value, as browsers do (not the parser's default, the last).
+    soup = BeautifulSoup(html, "html.parser", on_duplicate_attribute="ignore")
+    hidden = _hidden_elements(soup, name)  # before <style> goes: its rules hide elements too
     for tag in soup(["script", "style", "noscript", "template"]):
         tag.decompose()
+    for cdata in soup.find_all(string=lambda s: isinstance(s, CData)):  # a bogus comment in HTML
+        cdata.extract()
     if hidden:
         log.warning("%s: dropped %d element(s) a browser would not show (hidden, display:none, visibility, "
-                    "zero size, opacity or font, white or transparent text, off-screen, clipped)", name, len(hidden))
-        for tag in hidden:
-            if not tag.decomposed:
-                tag.decompose()
+                    "zero size, opacity or font, white or transparent text, off-screen, clipped, fallback "
+                    "content, closed details)", name, len(hidden))
+        for node in hidden:
+            if isinstance(node, Tag):
+                if not node.decomposed:
+                    node.decompose()
+            else:
+                node.extract()
     # One block element per paragraph so the sentence chunker sees boundaries.
     text = soup.get_text("\n")
     return re.sub(r"\n\s*\n+", "\n\n", re.sub(r"[ \t]+", " ", text)).strip()

@@ -102,7 +102,8 @@ def router(ctx: ServerContext) -> APIRouter:
         label = body.label or "public"
         if label not in who.clearance and who.role != "admin":
             raise HTTPException(403, f"you may not publish {label!r} documents")
-        hostile = guard.injection_check(body.body)
+        # What will be stored (entities decoded, hidden HTML gone), not the raw markup.
+        hostile = guard.injection_check("\n".join(d.text for d in docs))
         flags = [f"content: {r}" for r in hostile.reasons] if hostile.suspicious else []
         status = "live" if who.trusted else "quarantined"
         with ctx.lock:
