@@ -4,7 +4,7 @@
 
 Writes benchmarks/results/eval.md, benchmarks/results/gate.md and the expected
 figures of the default configuration, benchmarks/expected/*.json, that
-tests/test_eval.py checks (Pyserini-style regression data). The default preset's
+tests/eval/test_eval.py checks (Pyserini-style regression data). The default preset's
 w_kw and gate thresholds were chosen from the *train* rows and the even-numbered
 out-of-domain questions; the test rows and the odd-numbered questions report.
 """

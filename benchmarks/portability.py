@@ -101,7 +101,7 @@ def _unfused_sessions() -> None:
 
 
 def eval_figures(no_fusion: bool) -> dict:
-    """The default preset's SciFact and HotpotQA figures (as tests/test_eval.py computes them)."""
+    """The default preset's SciFact and HotpotQA figures (as tests/eval/test_eval.py computes them)."""
     from microrag_engine.config import preset
     from microrag_engine.eval.retrieval import evaluate, load_dataset
 

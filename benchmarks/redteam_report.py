@@ -5,7 +5,7 @@ default server, with the maximally compliant model, on loopback. Writes
     python benchmarks/redteam_report.py [--kb ../shared/fixtures/lab-kb]
 
 The same rows come from ``microrag redteam --target URL`` against any running server;
-``tests/test_redteam.py`` asserts what this prints (all land / none land).
+``tests/redteam/test_redteam.py`` asserts what this prints (all land / none land).
 """
 
 from __future__ import annotations

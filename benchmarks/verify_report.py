@@ -5,7 +5,7 @@
 
 Writes nothing unless ``--write``: then ``expected/nli.json`` (full figures,
 shown in the README) and ``expected/nli-sample.json`` (200-row samples, which
-``tests/test_evaluate_nli.py`` recomputes on every ``make test``).
+``tests/training/test_evaluate_nli.py`` recomputes on every ``make test``).
 """
 
 from __future__ import annotations

@@ -3,7 +3,7 @@
 In:  a scratch folder, a ``Defences`` (``Defences()`` or ``LAB_BASELINE``), the URL of a
 model (``compliant.serve``), the knowledge base to ingest. Out: the running uvicorn
 server, its URL and one key per role (admin, trusted, contributor, reader).
-Used by ``tests/test_redteam.py`` and ``benchmarks/redteam_report.py``.
+Used by ``tests/redteam/test_redteam.py`` and ``benchmarks/redteam_report.py``.
 """
 
 from __future__ import annotations
