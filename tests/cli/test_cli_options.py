@@ -54,3 +54,14 @@ def test_json_is_honoured_by_check_documents_delete_and_keys(tmp_path):
     assert run_cli("keys", "add", "rita", "--index", ix, "-q").returncode == 0
     keys = json.loads(run_cli("keys", "list", "--index", ix, "--json").stdout)
     assert [k["name"] for k in keys] == ["rita"] and all("key" not in k and "hash" not in k for k in keys)
+
+
+def test_index_commands_are_a_group_too(tmp_path):
+    """`microrag index check` is `microrag check`: one definition, two spellings."""
+    assert _options(["index", "check"]) == _options(["check"])
+    corpus = tmp_path / "docs"
+    corpus.mkdir()
+    (corpus / "a.md").write_text("# A\n\nThe VPN uses WireGuard on port 51820.")
+    ix = str(tmp_path / "ix")
+    assert run_cli("index", "ingest", str(corpus), "--index", ix, "--preset", "seed", "-q").returncode == 0
+    assert json.loads(run_cli("index", "check", "--index", ix, "--json").stdout)["documents"] == 1

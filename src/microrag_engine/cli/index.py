@@ -20,6 +20,14 @@ from .options import add_dlp, add_index, add_output, add_preset, preset_for, set
 
 
 def register(sub: argparse._SubParsersAction) -> None:
+    """``microrag index ingest|delete|check|documents``, and each at the top level too
+    (``microrag ingest``: the everyday spelling, kept as the documented one)."""
+    group = sub.add_parser("index", help="the persistent index: ingest | delete | check | documents")
+    _commands(group.add_subparsers(dest="action", metavar="ACTION", required=True))
+    _commands(sub)
+
+
+def _commands(sub: argparse._SubParsersAction) -> None:
     ing = sub.add_parser("ingest", help="add or update documents in the persistent index")
     ing.add_argument("paths", nargs="+", metavar="PATH", help="folders or files to ingest")
     ing.add_argument("--label", help="sensitivity label for these documents (default: front-matter 'label:', else public)")
