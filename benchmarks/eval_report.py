@@ -53,7 +53,8 @@ def main() -> int:
         configured = {k: round(v, 4) for k, v in rows[0].items() if k in METRICS or k.startswith("recall@")}
         (EXPECTED / f"{name}-{split}.json").write_text(json.dumps(
             {"command": f"microrag eval --dataset ../shared/datasets/{name} --split {split} --cache {cache.relative_to(ROOT)} "
-                        "--no-ablation  (first row; all rows and the expected files: python benchmarks/eval_report.py)",
+                        "--no-ablation",
+             "note": "the first row; all rows and these files: python benchmarks/eval_report.py",
              "dataset": name, "split": split, "settings": "preset default", "tolerance": 0.005,
              "metrics": configured}, indent=1) + "\n")
         print(f"{ds.name}: " + ", ".join(f"{k} {v:.4f}" for k, v in configured.items()), flush=True)

@@ -19,7 +19,7 @@ from pathlib import Path
 from microrag_engine.redteam import lab
 from microrag_engine.redteam.attacks import run_all
 from microrag_engine.redteam.compliant import serve
-from microrag_engine.server.defences import LAB_BASELINE, Defences
+from microrag_engine.server.defences import HARDENED, LAB
 
 OUT = Path(__file__).parent / "results" / "redteam.md"
 
@@ -32,15 +32,15 @@ def main() -> None:
     model = serve()
     url = f"http://127.0.0.1:{model.server_address[1]}"
     runs = {}
-    for name, defences in (("lab-baseline", LAB_BASELINE), ("default", Defences())):
+    for name, profile in (("lab-baseline", LAB), ("default", HARDENED)):
         tmp = Path(tempfile.mkdtemp(prefix=f"redteam-{name}-"))
         probe = tmp / "tools" / "hostname"
         probe.parent.mkdir()
         probe.write_text("PROBE-HOST-7f3a9c")
-        server, target, keys = lab.start(tmp, defences, url, Path(args.kb), tools_dir=probe.parent)
+        server, target, keys = lab.start(tmp, profile, url, Path(args.kb), tools_dir=probe.parent)
         t0 = time.monotonic()
         try:
-            runs[name] = (run_all(target, {} if defences == LAB_BASELINE else keys, Path(args.kb), probe),
+            runs[name] = (run_all(target, {} if profile is LAB else keys, Path(args.kb), probe),
                           time.monotonic() - t0)
         finally:
             server.should_exit = True

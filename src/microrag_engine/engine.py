@@ -34,8 +34,7 @@ from .runtime.llm import ChatStream
 from .store.base import DocRecord, SearchableStore, Store
 from .tools import FileTool, ToolResult
 from .types import Document, Retrieval
-from .verify import Verification, verify
-from .verify.nli import load_nli
+from .verify import Verification, verify_with
 
 log = logging.getLogger("microrag")
 
@@ -280,10 +279,7 @@ class Engine:
 
     def verify(self, answer: str, retrieval: Retrieval) -> Verification:
         """Step 6: every sentence of ``answer`` against the retrieved chunks (settings' backend and policy)."""
-        s = self.settings
-        return verify(answer, [(h.chunk.id, h.chunk.text) for h in retrieval.hits], load_nli(s.nli),
-                      policy=s.verify_policy, min_entail=s.min_entail, min_contra=s.min_contra,
-                      fact_check=s.verify_facts)
+        return verify_with(self.settings, answer, [(h.chunk.id, h.chunk.text) for h in retrieval.hits])
 
 
 def _maybe_ann(vectors: np.ndarray, settings: Settings, cache: Path | None = None):

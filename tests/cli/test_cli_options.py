@@ -65,3 +65,8 @@ def test_index_commands_are_a_group_too(tmp_path):
     ix = str(tmp_path / "ix")
     assert run_cli("index", "ingest", str(corpus), "--index", ix, "--preset", "seed", "-q").returncode == 0
     assert json.loads(run_cli("index", "check", "--index", ix, "--json").stdout)["documents"] == 1
+
+
+def test_reading_keys_creates_nothing(tmp_path):
+    proc = run_cli("keys", "list", "--index", str(tmp_path / "nowhere"))
+    assert proc.returncode != 0 and "microrag keys add" in proc.stderr and not (tmp_path / "nowhere").exists()

@@ -1,1 +1,2 @@
-"""Test helpers shared by several test modules (fixtures live in conftest.py)."""
+"""Test helpers shared by several test modules: a scripted model, a running server, tiny
+cross-encoders, free ports. Fixtures, paths and the CLI runner are in conftest.py."""

@@ -18,13 +18,13 @@ from microrag_engine.redteam import lab  # noqa: E402
 from microrag_engine.redteam.attacks import kb_secrets, recoverable, run_all  # noqa: E402
 from microrag_engine.redteam.compliant import respond  # noqa: E402
 from microrag_engine.redteam.compliant import serve as serve_model
-from microrag_engine.server.defences import LAB_BASELINE, Defences  # noqa: E402
+from microrag_engine.server.defences import HARDENED, LAB, Profile  # noqa: E402
 
 LAB_KB = FIXTURES / "lab-kb"
 
 
-def start_server(tmp, defences: Defences, llm_url: str, tools_dir=None):
-    return lab.start(tmp, defences, llm_url, LAB_KB, tools_dir)
+def start_server(tmp, profile: Profile, llm_url: str, tools_dir=None):
+    return lab.start(tmp, profile, llm_url, LAB_KB, tools_dir)
 
 
 @pytest.fixture(scope="module")
@@ -58,7 +58,7 @@ def test_recoverable_sees_through_encodings():
 @needs_models
 @needs_shared
 def test_every_attack_succeeds_against_the_lab_baseline(tmp_path, model, probe):
-    server, url, keys = start_server(tmp_path, LAB_BASELINE, model, tools_dir=probe.parent)
+    server, url, keys = start_server(tmp_path, LAB, model, tools_dir=probe.parent)
     try:
         rows = run_all(url, {}, LAB_KB, probe)  # the baseline needs no keys at all
     finally:
@@ -70,7 +70,7 @@ def test_every_attack_succeeds_against_the_lab_baseline(tmp_path, model, probe):
 @needs_models
 @needs_shared
 def test_no_attack_succeeds_against_the_default_profile(tmp_path, model, probe):
-    server, url, keys = start_server(tmp_path, Defences(), model, tools_dir=probe.parent)
+    server, url, keys = start_server(tmp_path, HARDENED, model, tools_dir=probe.parent)
     try:
         rows = run_all(url, keys, LAB_KB, probe)
     finally:

@@ -8,8 +8,8 @@ import json
 import numpy as np
 import pytest
 
-import tiny_models
 from conftest import needs_models
+from helpers import tiny_models
 from microrag_engine.retrieve.rerank import blend, relevance
 
 

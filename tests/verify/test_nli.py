@@ -12,8 +12,8 @@ import time
 import numpy as np
 import pytest
 
-import tiny_models
 from conftest import TRAINING, needs_models
+from helpers import tiny_models
 from helpers.llm import delta, sse
 from microrag_engine.errors import ConfigError, ModelMissingError
 from microrag_engine.runtime.crossencoder import CrossEncoder

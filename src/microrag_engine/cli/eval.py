@@ -13,7 +13,7 @@ from pathlib import Path
 
 from ..config import override
 from ..eval.retrieval import METRICS, evaluate, load_dataset
-from .options import add_output, add_preset, add_retrieval, diag, settings_for
+from .options import add_fusion, add_output, add_preset, diag, settings_for
 
 
 def register(sub: argparse._SubParsersAction) -> None:
@@ -25,8 +25,8 @@ def register(sub: argparse._SubParsersAction) -> None:
     ev.add_argument("--cache", metavar="FILE", help="document-vector cache (.npz; default ~/.cache/microrag/)")
     ev.add_argument("--out", metavar="FILE", help="also save the results as JSON")
     ev.add_argument("--no-ablation", action="store_true", help="only the configured setting")
-    add_preset(ev)
-    add_retrieval(ev, labels=False)
+    add_preset(ev, chunker=False, index=False)  # whole passages are the documents: no chunking
+    add_fusion(ev.add_argument_group("ranking (no gate, no cap: evaluation ranks every document)"))
     add_output(ev)
     ev.set_defaults(run=cmd_eval)
 

@@ -11,6 +11,7 @@ import json
 import sys
 from pathlib import Path
 
+from ..errors import MicroRAGError
 from ..server.auth import ROLES, KeyStore
 from ..store import default_location
 from .options import add_index, add_output, diag
@@ -39,12 +40,15 @@ def server_dir(index: str | None) -> Path:
     return Path(".microrag-server") if loc.startswith(("postgresql://", "postgres://")) else Path(loc)
 
 
-def _keys(args: argparse.Namespace) -> KeyStore:
-    return KeyStore(server_dir(args.index) / "keys.sqlite")
+def _keys(args: argparse.Namespace, create: bool = False) -> KeyStore:
+    path = server_dir(args.index) / "keys.sqlite"
+    if not create and not path.exists():  # reading must not create anything
+        raise MicroRAGError(f"no keys at {path.parent}; add one with: microrag keys add NAME --index {path.parent}")
+    return KeyStore(path)
 
 
 def cmd_add(args: argparse.Namespace) -> int:
-    print(_keys(args).add(args.name, args.role, [x for x in (args.clearance or "public").split(",") if x], args.trusted))
+    print(_keys(args, create=True).add(args.name, args.role, [x for x in (args.clearance or "public").split(",") if x], args.trusted))
     if not args.quiet:
         diag("store this key now: it is shown once and kept only as a hash")
     return 0

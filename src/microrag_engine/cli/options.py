@@ -61,12 +61,18 @@ def add_corpus(p: argparse.ArgumentParser) -> None:
                         "without it and without an index, the bundled demo handbook")
 
 
-def add_preset(p: argparse.ArgumentParser, chunker: bool = True) -> None:
+def add_preset(p: argparse.ArgumentParser, chunker: bool = True, index: bool = True) -> None:
     p.add_argument("--preset", choices=sorted(PRESETS),
                    help="'default' = sentence chunks + BM25 + MiniLM; 'seed' = the walkthrough's character chunks "
-                        "+ TF-IDF + hashed embedding (default: what the index was built with, else 'default')")
+                        "+ TF-IDF + hashed embedding (default: "
+                        + ("what the index was built with, else 'default')" if index else "'default')"))
     if chunker:
         p.add_argument("--chunker", choices=CHUNKERS, help="override the preset's chunker")
+
+
+def add_fusion(g: argparse._ActionsContainer) -> None:
+    g.add_argument("--w-kw", type=unit_float, metavar="W", help="keyword weight in the blend, 0..1 (default 0.4; seed 0.5)")
+    g.add_argument("--fusion", choices=FUSIONS, help="how the two legs are combined (default minmax)")
 
 
 def add_retrieval(p: argparse.ArgumentParser, labels: bool = True) -> None:
@@ -74,8 +80,7 @@ def add_retrieval(p: argparse.ArgumentParser, labels: bool = True) -> None:
     if labels:
         g.add_argument("--labels", metavar="L1,L2", help="only retrieve chunks with these sensitivity labels (default: all)")
     g.add_argument("--top-k", type=positive_int, metavar="N", help="how many chunks to return (spec default 4)")
-    g.add_argument("--w-kw", type=unit_float, metavar="W", help="keyword weight in the blend, 0..1 (default 0.4; seed 0.5)")
-    g.add_argument("--fusion", choices=FUSIONS, help="how the two legs are combined (default minmax)")
+    add_fusion(g)
     g.add_argument("--max-per-source", type=positive_int, metavar="N",
                    help="diversity cap: at most N chunks per document, 0 = off (default 2)")
     g.add_argument("--min-kw", type=float, metavar="X", help="grounding gate floor on the raw keyword score (seed preset)")

@@ -14,7 +14,7 @@ from ..config import LLMConfig, override
 from ..errors import MicroRAGError
 from ..ingest import ingest_paths
 from ..server.auth import KeyStore
-from ..server.defences import LAB_BASELINE, LAB_BASELINE_SETTINGS, Defences
+from ..server.defences import LAB, PROFILES
 from ..server.state import ServerState
 from ..store import default_location, open_store
 from .keys import server_dir
@@ -36,7 +36,7 @@ def register(sub: argparse._SubParsersAction) -> None:
     sv.add_argument("--no-verify", action="store_true",
                     help="do not NLI-check answers by default (a request can still ask with \"verify\": true)")
     sv.add_argument("--tools-dir", metavar="DIR", help="enable the file-read tool, confined to DIR (default: off)")
-    sv.add_argument("--profile", choices=("hardened", "lab-baseline"), default="hardened",
+    sv.add_argument("--profile", choices=sorted(PROFILES), default="hardened",
                     help="lab-baseline = the naive server: every defence of server/defences.py off, no DLP, no "
                          "diversity cap; loopback only, a target for `microrag redteam`")
     sv.add_argument("--request-seconds", type=float, default=60.0, metavar="S",
@@ -59,19 +59,19 @@ def cmd_serve(args: argparse.Namespace) -> int:
     except ImportError:
         raise MicroRAGError("the server needs its extra: pip install 'microrag-engine[server]'") from None
     loopback = args.host in ("127.0.0.1", "localhost", "::1")
-    baseline = args.profile == "lab-baseline"
+    profile = PROFILES[args.profile]
+    baseline = profile is LAB
     if baseline:
         if not loopback:
             raise MicroRAGError("the lab-baseline profile is deliberately vulnerable and binds to loopback only")
-        diag("WARNING: lab-baseline profile - every defence off (" + ", ".join(LAB_BASELINE.off()) + "), no DLP, "
+        diag("WARNING: lab-baseline profile - every defence off (" + ", ".join(LAB.defences.off()) + "), no DLP, "
               "no diversity cap. A demonstration target for `microrag redteam`; never expose it.")
     elif not loopback and not args.quiet:
         diag(f"warning: listening on {args.host}: put TLS and a firewall in front of it")
     store = open_store(args.index or default_location(), create=True)
     name = args.preset or preset_for(store.meta())
     settings = override(settings_for(args, name), dlp=args.dlp)
-    if baseline:
-        settings = override(settings, **LAB_BASELINE_SETTINGS)
+    settings = override(settings, **profile.settings)
     if args.corpus and not store.documents():
         report = ingest_paths(store, args.corpus, settings)
         if not args.quiet:
@@ -80,9 +80,9 @@ def cmd_serve(args: argparse.Namespace) -> int:
     cfg = ServerConfig(store=store, settings=settings, keys=KeyStore(sdir / "keys.sqlite"),
                        state=ServerState(sdir / "server.sqlite"), corpus=list(args.corpus or []),
                        llm=LLMConfig.from_env(), allow_anonymous=not args.no_anonymous,
-                       defences=LAB_BASELINE if baseline else Defences(),
+                       defences=profile.defences,
                        input_guard=args.input_guard, tools_dir=Path(args.tools_dir) if args.tools_dir else None,
-                       verify=not args.no_verify and not baseline, request_seconds=args.request_seconds,
+                       verify=not args.no_verify and profile.verify, request_seconds=args.request_seconds,
                        allowed_hosts=_allowed_hosts(args))
     app = create_app(cfg)
     if not args.quiet:

@@ -15,8 +15,7 @@ import sys
 from pathlib import Path
 
 from ..errors import MicroRAGError
-from ..verify import SentenceVerdict, verify
-from ..verify.nli import load_nli
+from ..verify import SentenceVerdict, verify_with
 from .options import add_output, add_verification, settings_for
 
 
@@ -63,9 +62,7 @@ def cmd_verify(args: argparse.Namespace) -> int:
     if not answer.strip():
         raise MicroRAGError("--answer is empty")
     s = settings_for(args, "default")
-    result = verify(answer, [(str(i + 1), c) for i, c in enumerate(chunks)], load_nli(s.nli),
-                    policy=s.verify_policy, min_entail=s.min_entail, min_contra=s.min_contra,
-                    fact_check=s.verify_facts)
+    result = verify_with(s, answer, [(str(i + 1), c) for i, c in enumerate(chunks)])
     if args.json:
         rows = [{"sentence": v.sentence, "verdict": v.verdict, "probability": v.probability,
                  "chunk": int(v.chunk) if v.chunk else None} for v in result.sentences]

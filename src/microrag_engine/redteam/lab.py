@@ -1,6 +1,6 @@
 """The lab: a server on loopback, hardened or the naive baseline, for the red team to attack.
 
-In:  a scratch folder, a ``Defences`` (``Defences()`` or ``LAB_BASELINE``), the URL of a
+In:  a scratch folder, a ``Profile`` (``HARDENED`` or ``LAB``), the URL of a
 model (``compliant.serve``), the knowledge base to ingest. Out: the running uvicorn
 server, its URL and one key per role (admin, trusted, contributor, reader).
 Used by ``tests/redteam/test_redteam.py`` and ``benchmarks/redteam_report.py``.
@@ -19,7 +19,7 @@ from ..config import LLMConfig, override, preset
 from ..ingest import ingest_paths
 from ..server.app import ServerConfig, create_app
 from ..server.auth import KeyStore
-from ..server.defences import LAB_BASELINE, LAB_BASELINE_SETTINGS, Defences
+from ..server.defences import Profile
 from ..server.state import ServerState
 from ..store import open_store
 
@@ -30,10 +30,10 @@ def _port() -> int:
         return s.getsockname()[1]
 
 
-def start(tmp: Path, defences: Defences, llm_url: str, kb: Path, tools_dir: Path | None = None):
-    """(server, url, keys by role); stop it with ``server.should_exit = True``."""
-    baseline = defences == LAB_BASELINE
-    settings = override(preset("default"), **LAB_BASELINE_SETTINGS) if baseline else preset("default")
+def start(tmp: Path, profile: Profile, llm_url: str, kb: Path, tools_dir: Path | None = None):
+    """A server with ``profile`` on ``kb``: (server, url, keys by role); stop it with
+    ``server.should_exit = True``."""
+    settings = override(preset("default"), **profile.settings)
     store = open_store(tmp / "ix")
     ingest_paths(store, [kb], settings)
     keys = KeyStore(tmp / "keys.sqlite")
@@ -43,8 +43,8 @@ def start(tmp: Path, defences: Defences, llm_url: str, kb: Path, tools_dir: Path
              "trusted": keys.add("password_policy", "contributor", ["public"], trusted=True),
              "reader": keys.add("rita", "reader", ["public"])}
     cfg = ServerConfig(store=store, settings=settings, keys=keys, state=ServerState(tmp / "state.sqlite"),
-                       llm=LLMConfig(base_url=llm_url, backoff=0.0), defences=defences, rate_per_minute=10_000,
-                       tools_dir=tools_dir, verify=not baseline)
+                       llm=LLMConfig(base_url=llm_url, backoff=0.0), defences=profile.defences, rate_per_minute=10_000,
+                       tools_dir=tools_dir, verify=profile.verify)
     port = _port()
     server = uvicorn.Server(uvicorn.Config(create_app(cfg), host="127.0.0.1", port=port, log_level="warning"))
     threading.Thread(target=server.run, daemon=True).start()

@@ -4,7 +4,7 @@
   config.py    ServerConfig, hardened by default
   context.py   what routes share: the current engine, the write lock, who the caller is
   routes/      query.py, documents.py, oversight.py: thin routes over ``Engine``
-  defences.py  every defence a named switch; LAB_BASELINE turns them all off
+  defences.py  every defence a named switch; the two profiles, HARDENED and LAB (all off)
   auth.py      API keys (stored hashed) -> principals with a role and clearance labels
   state.py     server-side records: review queue (quarantine) and the audit trail
 Needs the ``server`` extra (fastapi, uvicorn).

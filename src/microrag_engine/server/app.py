@@ -4,8 +4,8 @@ Thin routes (``routes/``) over the engine, policy in one place: who may do what
 (roles), what they may read (clearance labels filter chunks *before* ranking), what
 may enter the index (namespaced sources, DLP, quarantine for untrusted contributors),
 what may leave it (output guard), and what is recorded (audit trail). Every defence is
-a switch in ``defences.py``: ``Defences()`` in every real server, ``LAB_BASELINE`` for
-``microrag redteam``. Every user mistake is a 4xx with ``{"error": ...}``; keys never
+a switch in ``defences.py``; its two profiles are ``HARDENED`` (every real server) and
+``LAB`` (the target of ``microrag redteam``). Every user mistake is a 4xx with ``{"error": ...}``; keys never
 reach a log line.
 """
 

@@ -16,7 +16,7 @@ functions below, never reached while the switch is on.
 from __future__ import annotations
 
 import re
-from dataclasses import dataclass, fields
+from dataclasses import dataclass, field, fields
 
 
 @dataclass(frozen=True)
@@ -67,6 +67,24 @@ LAB_BASELINE = Defences(**{f.name: False for f in fields(Defences)})
 
 # Retrieval settings of the naive server: no DLP at ingest, no diversity cap, no grounding gate.
 LAB_BASELINE_SETTINGS = {"dlp": "off", "max_per_source": 0, "w_kw": 0.6, "gate": "none"}
+
+
+
+@dataclass(frozen=True)
+class Profile:
+    """A server's whole stance: its defences, the retrieval settings they go with (overrides
+    on the preset) and whether answers are verified by default. There are two, defined
+    here once; the CLI, the red-team lab and the tests all take them from here."""
+
+    name: str
+    defences: Defences
+    settings: dict = field(default_factory=dict)
+    verify: bool = True
+
+
+HARDENED = Profile("hardened", Defences())
+LAB = Profile("lab-baseline", LAB_BASELINE, LAB_BASELINE_SETTINGS, verify=False)
+PROFILES = {p.name: p for p in (HARDENED, LAB)}
 
 BLOCKLIST = ("ignore previous instructions", "password", "secret")  # the naive literal filter
 

@@ -21,9 +21,10 @@ from collections.abc import Sequence
 from dataclasses import asdict, dataclass
 
 from .. import rx
-from ..config import VERIFY_POLICIES
+from ..config import VERIFY_POLICIES, Settings
 from ..text import sentence_spans
 from ..types import CONTRADICTED, ENTAILED, NEUTRAL, NOT_SUPPORTED, C, E
+from .nli import load_nli
 
 POLICIES = VERIFY_POLICIES
 REFUSAL = NOT_SUPPORTED
@@ -212,3 +213,10 @@ def verify(
     else:
         verdicts = [SentenceVerdict(s, NEUTRAL, 1.0, None) for s in sentences]
     return Verification(tuple(verdicts), policy, apply_policy(answer, verdicts, policy))
+
+
+def verify_with(settings: Settings, answer: str, chunks: Sequence[tuple[str, str]]) -> Verification:
+    """:func:`verify` wired from ``settings``: its backend (``nli``), policy and thresholds.
+    The one place step 6 is configured, for the engine and ``microrag verify`` alike."""
+    return verify(answer, chunks, load_nli(settings.nli), policy=settings.verify_policy, min_entail=settings.min_entail,
+                  min_contra=settings.min_contra, fact_check=settings.verify_facts)

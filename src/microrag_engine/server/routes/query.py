@@ -155,9 +155,12 @@ def router(ctx: ServerContext) -> APIRouter:
         # split across streamed pieces could not be caught piece by piece.
         try:
             ans, checked = _answer(turn)
-        except HTTPException as exc:  # the sources already left with a 200: say so in-band
-            settle("error", flags + [f"answer: {exc.detail}"])
-            yield f"event: error\ndata: {json.dumps({'error': exc.detail})}\n\n"
+        except Exception as exc:  # the sources already left with a 200: say so in-band, and in the audit row
+            detail = exc.detail if isinstance(exc, HTTPException) else "the answer step failed; try again later"
+            settle("error", flags + [f"answer: {detail if isinstance(exc, HTTPException) else type(exc).__name__}"])
+            if not isinstance(exc, HTTPException):
+                log.exception("answer step failed")
+            yield f"event: error\ndata: {json.dumps({'error': detail})}\n\n"
             yield "data: [DONE]\n\n"
             return
         for piece in re.findall(r"\S+\s*", ans.text):
