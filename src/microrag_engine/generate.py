@@ -25,7 +25,6 @@ from .types import NOT_IN_DOCUMENTS, Retrieval
 
 log = logging.getLogger("microrag")
 
-REFUSAL = NOT_IN_DOCUMENTS
 
 # ---------------------------------------------------------------- LLM client
 
@@ -56,12 +55,12 @@ def extractive_answer(query: str, retrieval: Retrieval, embedder=None, max_passa
     """
     if retrieval.refused or not retrieval.hits:
         why = f" ({retrieval.reason})" if retrieval.reason else ""
-        return f"{REFUSAL}{why}"
+        return f"{NOT_IN_DOCUMENTS}{why}"
     q_terms = set(bm25_tokens(query))
     units = [_units(h.chunk.text) for h in retrieval.hits]
     cands = [(r, i) for r, us in enumerate(units) for i, (_, head, _) in enumerate(us) if not head]
     if not cands:
-        return REFUSAL
+        return NOT_IN_DOCUMENTS
     texts = [units[r][i][0] for r, i in cands]
     lex = np.array([len(q_terms & set(bm25_tokens(t))) / max(len(q_terms), 1) for t in texts])
     sem = np.zeros(len(cands))
@@ -73,7 +72,7 @@ def extractive_answer(query: str, retrieval: Retrieval, embedder=None, max_passa
     usable = (lex > 0) | (sem >= 0.5)
     order = [int(j) for j in np.lexsort((np.arange(len(cands)), -score)) if usable[j]]
     if not order:
-        return f"{REFUSAL} (the closest passages do not mention the question's terms)"
+        return f"{NOT_IN_DOCUMENTS} (the closest passages do not mention the question's terms)"
     passages: list[str] = []
     used_hits: set[int] = set()
     best = score[order[0]]

@@ -15,7 +15,7 @@ from microrag_engine.verify import (
     CONTRADICTED,
     ENTAILED,
     NEUTRAL,
-    REFUSAL,
+    NOT_SUPPORTED,
     SentenceVerdict,
     apply_policy,
     decide,
@@ -84,8 +84,8 @@ def test_policies():
     vs = [SentenceVerdict("A.", ENTAILED, 0.9, "c1"), SentenceVerdict("B.", NEUTRAL, 0.8, "c1")]
     assert apply_policy("A. B.", vs, "flag") == "A. B."
     assert apply_policy("A. B.", vs, "drop") == "A."
-    assert apply_policy("A. B.", vs, "refuse") == REFUSAL
-    assert apply_policy("B.", vs[1:], "drop") == REFUSAL  # nothing left to say
+    assert apply_policy("A. B.", vs, "refuse") == NOT_SUPPORTED
+    assert apply_policy("B.", vs[1:], "drop") == NOT_SUPPORTED  # nothing left to say
     assert apply_policy("A.", vs[:1], "refuse") == "A."  # all supported: untouched
     with pytest.raises(ValueError, match="flag, drop, refuse"):
         apply_policy("A.", vs, "maybe")
@@ -179,7 +179,7 @@ def test_cli_verify_json_shape_and_exit_codes(tmp_path):
     assert rows[1]["verdict"] != ENTAILED and rows[2]["verdict"] != ENTAILED
     assert all(0.0 <= r["probability"] <= 1.0 for r in rows)
     refused = run_cli("verify", "--context", str(ctx), "--answer", answer, "--policy", "refuse")
-    assert refused.returncode == 1 and REFUSAL in refused.stdout
+    assert refused.returncode == 1 and NOT_SUPPORTED in refused.stdout
 
 
 def test_cli_verify_bad_input_is_one_line(tmp_path):

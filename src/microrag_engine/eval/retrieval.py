@@ -205,15 +205,3 @@ def gate_signals(scorer: Scorer, queries: dict[str, str]) -> dict[str, dict[str,
     return out
 
 
-def gate_tradeoff(inside: list[float], outside: list[float], thresholds) -> list[dict[str, float]]:
-    """For each threshold: share of answerable queries refused, share of out-of-domain refused."""
-    a, o = np.asarray(inside), np.asarray(outside)
-    return [{"threshold": float(t), "false_refusal": float((a < t).mean()), "ood_refusal": float((o < t).mean())}
-            for t in thresholds]
-
-
-def choose_threshold(rows: list[dict[str, float]], max_false_refusal: float = 0.05) -> dict[str, float]:
-    """The row refusing the most out-of-domain queries within the false-refusal budget
-    (ties: the lower threshold, i.e. the fewer false refusals)."""
-    ok = [r for r in rows if r["false_refusal"] <= max_false_refusal]
-    return max(ok, key=lambda r: (r["ood_refusal"], -r["threshold"])) if ok else rows[0]

@@ -26,9 +26,6 @@ from ..text import sentence_spans
 from ..types import CONTRADICTED, ENTAILED, NEUTRAL, NOT_SUPPORTED, C, E
 from .nli import load_nli
 
-POLICIES = VERIFY_POLICIES
-REFUSAL = NOT_SUPPORTED
-
 # Citation markers: [1], [2, 3], [handbook.md#4], and the prompt's own [source: doc · chunk k].
 _CITE = rf"\[(?:{rx.DIGIT}+(?:{rx.SPACE}*,{rx.SPACE}*{rx.DIGIT}+)*|[^\[\]{rx.SPACES}]+#{rx.DIGIT}+|source:[^\[\]]*)\]"
 _CITATION = rx.compile(rx.SPACE + "*" + _CITE)
@@ -169,15 +166,15 @@ def decide(probs: Sequence[Sequence[float]], min_entail: float, min_contra: floa
 
 def apply_policy(answer: str, verdicts: Sequence[SentenceVerdict], policy: str) -> str:
     """The answer text after ``policy`` (see module docstring)."""
-    if policy not in POLICIES:
-        raise ValueError(f"unknown verify policy {policy!r}; choose one of {', '.join(POLICIES)}")
+    if policy not in VERIFY_POLICIES:
+        raise ValueError(f"unknown verify policy {policy!r}; choose one of {', '.join(VERIFY_POLICIES)}")
     bad = [v for v in verdicts if v.verdict != ENTAILED]
     if policy == "flag" or not bad:
         return answer
     if policy == "refuse":
-        return REFUSAL
+        return NOT_SUPPORTED
     kept = [v.sentence for v in verdicts if v.verdict == ENTAILED]
-    return " ".join(kept) if kept else REFUSAL
+    return " ".join(kept) if kept else NOT_SUPPORTED
 
 
 def verify(
