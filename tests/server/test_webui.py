@@ -27,7 +27,7 @@ ARGS = ["--headless=new", "--no-sandbox", "--disable-gpu", "--disable-quic", "--
 
 @pytest.fixture(scope="module")
 def ui(tmp_path_factory):
-    srv = Running(tmp_path_factory.mktemp("ui"))
+    srv = Running(tmp_path_factory.mktemp("ui"), rate_per_minute=100_000)  # shared by the module: no order-dependent 429s
     shots = Path(os.environ.get("MICRORAG_SCREENSHOTS") or tmp_path_factory.mktemp("shots"))
     shots.mkdir(parents=True, exist_ok=True)
     with sync_api.sync_playwright() as p:
