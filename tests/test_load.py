@@ -6,6 +6,9 @@ import json
 import logging
 
 import pytest
+from hypothesis import given
+from hypothesis import settings as hsettings
+from hypothesis import strategies as st
 
 from conftest import run_cli
 from microrag_engine.chunk import chunk_documents
@@ -286,3 +289,77 @@ def test_hostile_style_work_is_bounded(tmp_path):
     (tmp_path / "page.html").write_text(page)
     (tmp_path / "plain.md").write_text("A plain page.")
     assert [d.path for d in load_documents([tmp_path])] == ["plain.md"]  # skipped, with one warning
+
+
+# ---------------------------------------------------------------- markup rendered to clean text (#15)
+
+
+def test_markdown_renders_to_what_a_reader_sees():
+    from microrag_engine.load import markdown_text
+
+    md = ("# Title { #anchor }\n\n"
+          "See the [tutorial](https://x.test/tut \"T\") and ![diagram](d.png). **Bold** and *em* stay words; "
+          "snake_case_names and 2*3*4 are untouched.\n\n"
+          "/// tip | Faster\n\nUse <dfn title=\"x\">caching</dfn>.<br>Really.\n\n///\n\n"
+          "!!! note \"Heads up\"\n    Indented admonition body.\n\n"
+          "{* ../../docs_src/app/tutorial001.py hl[1,3] *}\n\n"
+          "::: fastapi.encoders.jsonable_encoder\n\n"
+          "| a | b |\n|---|:--:|\n| 1 | 2 |\n\n"
+          "[ref]: https://x.test\n\n"
+          "Inline `code *stays* <b>raw</b>` here, escaped \\_x\\_ and &amp; entity.\n\n"
+          "```python\nx = [a](b)  # **not** markup in code\n<div>kept</div>\n```\n")
+    text = markdown_text(md)
+    assert text.startswith("# Title\n")
+    assert "See the tutorial and diagram. Bold and em stay words; snake_case_names and 2*3*4 are untouched." in text
+    assert "Tip: Faster" in text and "Use caching. Really." in text and "///" not in text
+    assert "Note: Heads up" in text and "Indented admonition body." in text
+    for gone in ("{*", ":::", "docs_src", "|---", "[ref]", "<dfn", "https://x.test"):
+        assert gone not in text, gone
+    assert "| 1 | 2 |" in text
+    assert "Inline `code *stays* <b>raw</b>` here, escaped _x_ and & entity." in text
+    assert "```python\nx = [a](b)  # **not** markup in code\n<div>kept</div>\n```" in text
+
+
+def test_markup_clean_is_the_default_and_raw_keeps_files_as_written(tmp_path):
+    (tmp_path / "a.md").write_text("Read the **[guide](g.md)**.")
+    assert load_documents([tmp_path])[0].text == "Read the guide."
+    assert load_documents([tmp_path], markup="raw")[0].text == "Read the **[guide](g.md)**."
+
+
+def test_html_keeps_structure_and_drops_page_chrome():
+    from microrag_engine.load import html_text
+
+    page = ("<html><body><nav>Keyboard shortcuts Press ← or →</nav><div class='sphinxsidebar'>Table of contents</div>"
+            "<div role='main'><h1>functools<a class='headerlink' href='#x'>¶</a></h1>"
+            "<p>Use <code class='literal'><span class='pre'>lru_cache()</span></code> to memoize a <em>pure</em> "
+            "function.</p><div class='highlight'><pre>@lru_cache\ndef f(n):\n    return n</pre></div>"
+            "<ul><li>first point</li><li>second <b>point</b></li></ul>"
+            "<table><tr><th>name</th><th>value</th></tr><tr><td>maxsize</td><td>128</td></tr></table>"
+            "<dl><dt>functools.cache(user_function)</dt><dd>Simple cache.</dd></dl></div>"
+            "<footer>© Copyright</footer></body></html>")
+    text = html_text(page)
+    assert text.startswith("# functools\n")
+    assert "Use `lru_cache()` to memoize a pure function." in text  # inline elements stay on their line
+    assert "```\n@lru_cache\ndef f(n):\n    return n\n```" in text
+    assert "- first point\n- second point" in text
+    assert "name | value\nmaxsize | 128" in text
+    assert "functools.cache(user_function)\n\nSimple cache." in text
+    for chrome in ("Keyboard shortcuts", "Table of contents", "¶", "Copyright"):
+        assert chrome not in text
+
+
+def test_html_nesting_depth_is_not_a_recursion_limit():
+    from microrag_engine.load import html_text
+
+    assert "deep" in html_text("<div>" * 5000 + "<code>deep</code>" + "</div>" * 5000)
+
+
+@hsettings(max_examples=150, deadline=None)
+@given(st.text(alphabet=st.sampled_from(list("#*_`[]()!<>/|:-{}% \n\tab1&;\\~=\"'")), max_size=300))
+def test_markdown_text_never_fails_and_keeps_code_fences(md):
+    from microrag_engine.load import markdown_text
+
+    text = markdown_text(md)
+    assert isinstance(text, str)
+    assert text.count("```") == sum(1 for line in md.split("\n") if line.lstrip(" ").startswith("```")
+                                    and len(line) - len(line.lstrip(" ")) <= 3)

@@ -17,11 +17,12 @@ from __future__ import annotations
 import secrets
 from collections.abc import Sequence
 
-from .types import Hit
+from .types import NOT_IN_DOCUMENTS, Hit
 
 SYSTEM_PROMPT = (
     "You answer questions using ONLY the retrieved context. "
-    "If the context does not contain the answer, say plainly that you don't have that information. "
+    f'If the context does not contain the answer, reply with exactly: "{NOT_IN_DOCUMENTS}" '
+    "If it answers only part of the question, answer that part and say plainly which part the documents do not cover. "
     "Cite the source file for every fact, as [source: <doc> · chunk <k>]."
 )
 

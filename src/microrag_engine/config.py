@@ -22,6 +22,7 @@ from typing import Any
 from .errors import ConfigError
 
 CHUNKERS = ("chars", "sentences")
+MARKUPS = ("clean", "raw")
 KEYWORDS = ("tfidf", "bm25")
 EMBEDDERS = ("hash", "minilm")
 FUSIONS = ("minmax", "rrf")
@@ -34,7 +35,8 @@ VERIFY_POLICIES = ("flag", "drop", "refuse")
 class Settings:
     """Every knob of the five steps. Frozen: derive variants with :func:`override`."""
 
-    # step 1 - chunk
+    # step 1 - load and chunk
+    markup: str = "clean"  # clean: Markdown/HTML rendered to what a reader sees (code, headings kept); raw: as written
     chunker: str = "sentences"
     size: int = 300  # chars window: characters per chunk
     overlap: int = 60  # chars window: characters shared by neighbours
@@ -66,6 +68,10 @@ class Settings:
     rerank_depth: int = 20
     rerank_model: str = ""  # a cross-encoder folder with a 'relevant' label (none ships: training/RERANKER.md)
     w_rerank: float = 0.5  # blend of the reranker's score with the fused score
+    # step 5 - extractive answers: answerability (calibrated on the QA dev sets: benchmarks/results/qa.md)
+    answer_min_support: float = 0.0  # refuse when no unit's support (keyword share + cosine) / 2 reaches this
+    answer_max_missing: float = 1.0  # ...or when more of the query's term weight than this is absent from
+    answer_rescue_sem: float = 0.0  # every retrieved chunk and no unit's cosine reaches answer_rescue_sem
     # step 6 - verify answers (NLI): "shipped", "llm", or a model folder
     nli: str = "shipped"
     verify_policy: str = "flag"  # flag | drop | refuse unsupported sentences
@@ -76,6 +82,7 @@ class Settings:
     def validate(self) -> Settings:
         """Raise :class:`ConfigError` on an impossible combination; return self."""
         for name, allowed in (
+            ("markup", MARKUPS),
             ("chunker", CHUNKERS),
             ("keyword", KEYWORDS),
             ("embedder", EMBEDDERS),
@@ -97,7 +104,7 @@ class Settings:
             raise ConfigError(f"w_kw must be between 0 and 1, got {self.w_kw}")
         if self.top_k < 1:
             raise ConfigError(f"top_k must be at least 1, got {self.top_k}")
-        for name in ("min_entail", "min_contra", "w_rerank"):
+        for name in ("min_entail", "min_contra", "w_rerank", "answer_min_support", "answer_max_missing", "answer_rescue_sem"):
             v = getattr(self, name)
             if v is not None and not 0.0 <= v <= 1.0:
                 raise ConfigError(f"{name} must be between 0 and 1, got {v}")
@@ -117,6 +124,7 @@ class Settings:
 PRESETS: dict[str, Settings] = {
     "default": Settings(),
     "seed": Settings(
+        markup="raw",  # the seed indexes files as they are written
         chunker="chars",
         keyword="tfidf",
         embedder="hash",

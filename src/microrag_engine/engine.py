@@ -22,11 +22,11 @@ from .augment import build_messages
 from .chunk import chunk_documents
 from .config import LLMConfig, Settings, override
 from .errors import ConfigError, CorpusError, MicroRAGError
-from .generate import extractive_answer
+from .generate import Relevance, extractive_answer, relevance
 from .index import Index, build_index
 from .index.ann import HNSW, faiss_available
 from .index.embed import make_embedder
-from .index.keyword import KeywordScorer, make_keyword
+from .index.keyword import BM25Scorer, KeywordScorer, make_keyword
 from .ingest import check_compatible
 from .load import load_documents
 from .retrieve import rank_candidates, retrieve
@@ -150,7 +150,7 @@ class Engine:
     def from_paths(cls, paths: Iterable[str | Path], settings: Settings, progress: bool = False) -> Engine:
         """Load every readable document under ``paths`` and index it."""
         paths = list(paths)
-        docs = load_documents(paths)
+        docs = load_documents(paths, settings.markup)
         if not docs:
             raise CorpusError(f"no readable documents under {', '.join(map(str, paths))}; supported: .md .txt .html .pdf .jsonl")
         return cls.from_documents(docs, settings, progress=progress)
@@ -249,7 +249,9 @@ class Engine:
             return deadline is not None and time.monotonic() > deadline
 
         if llm is None or retrieval.refused:
-            text = extractive_answer(query, retrieval, self.index.embedder)
+            s = self.settings
+            text = extractive_answer(query, retrieval, self.index.embedder, self.term_weight(), s.answer_min_support,
+                                     s.answer_max_missing, s.answer_rescue_sem)
             if on_piece:
                 on_piece(text)
             ans = Answer(text, "extractive", retrieval)
@@ -269,7 +271,7 @@ class Engine:
                     ans.flags.append(f"verify: unavailable ({exc})")
                 else:
                     ans.text = ans.verification.text
-                    if not ans.verification.grounded:
+                    if not ans.verification.supported:
                         ans.flags.append("verify: " + ans.verification.summary())
         if tools is not None and ans.mode == "llm":
             ans.tools = tools.run(ans.text, [h.chunk.text for h in retrieval.hits])
@@ -278,8 +280,17 @@ class Engine:
         return ans
 
     def verify(self, answer: str, retrieval: Retrieval) -> Verification:
-        """Step 6: every sentence of ``answer`` against the retrieved chunks (settings' backend and policy)."""
-        return verify_with(self.settings, answer, [(h.chunk.id, h.chunk.text) for h in retrieval.hits])
+        """Step 6: every sentence of ``answer`` against the retrieved chunks (settings' backend and policy),
+        and whether the supported ones answer the retrieval's question."""
+        def relevance_of(question: str, texts: list[str], sources: list[str]) -> Relevance:
+            return relevance(question, texts, sources, self.index.embedder, self.term_weight())
+
+        return verify_with(self.settings, answer, [(h.chunk.id, h.chunk.text) for h in retrieval.hits],
+                           question=retrieval.query, relevance_of=relevance_of)
+
+    def term_weight(self) -> Callable[[str], float] | None:
+        """The keyword leg's IDF, for the answerer's term weights (None: uniform)."""
+        return self.index.keyword.idf if isinstance(self.index.keyword, BM25Scorer) else None
 
 
 def _maybe_ann(vectors: np.ndarray, settings: Settings, cache: Path | None = None):

@@ -189,7 +189,7 @@ def ingest_paths(
 ) -> IngestReport:
     """Ingest every readable file under ``paths``; with ``prune``, drop vanished files' documents."""
     folders = [Path(p) for p in paths]
-    docs = load_documents(folders)
+    docs = load_documents(folders, settings.markup)
     if not docs:
         raise CorpusError(f"no readable documents under {', '.join(map(str, folders))}; supported: .md .txt .html .pdf .jsonl")
     roots = [str(p.resolve()) for p in folders]

@@ -16,6 +16,7 @@ from collections.abc import Iterable, Iterator
 from pathlib import Path
 from typing import Any
 
+from . import rx
 from .errors import CorpusError
 from .types import Chunk, Document
 
@@ -286,7 +287,8 @@ def _hidden_elements(soup, name: str) -> list:
 
 
 def html_text(html: str, name: str = "page") -> str:
-    """The text a browser shows of ``html`` (``name`` only labels the warning)."""
+    """The text a browser shows of ``html``, page chrome left out, structure kept as
+    Markdown-like lines (``name`` only labels the warning)."""
     from bs4 import BeautifulSoup, CData, Tag  # core dependency; imported late to keep start-up fast
 
     # A repeated attribute keeps its first value, as browsers do (not the parser's default, the last).
@@ -306,9 +308,186 @@ def html_text(html: str, name: str = "page") -> str:
                     node.decompose()
             else:
                 node.extract()
-    # One block element per paragraph so the sentence chunker sees boundaries.
-    text = soup.get_text("\n")
-    return re.sub(r"\n\s*\n+", "\n\n", re.sub(r"[ \t]+", " ", text)).strip()
+    main = _main(soup)
+    for selector in _CHROME:
+        for tag in main.select(selector):
+            if not tag.decomposed:
+                tag.decompose()
+    return _render(main)
+
+
+# Block elements end a line; everything else is inline and flows into its paragraph.
+_BLOCKS = frozenset("""address article aside blockquote body caption dd details dialog div dl dt fieldset figcaption
+figure footer form h1 h2 h3 h4 h5 h6 header hr legend main nav ol p section summary table tbody tfoot
+thead ul""".split())
+_HEADINGS = {"h1": "# ", "h2": "## ", "h3": "### ", "h4": "#### ", "h5": "##### ", "h6": "###### "}
+# Page chrome: navigation, search boxes, footers, Sphinx/MkDocs sidebars and permalink marks.
+_CHROME = ("nav", "footer", "[role=navigation]", "[role=search]", "[role=contentinfo]", "[role=banner]",
+           ".sphinxsidebar", ".related", ".headerlink", ".md-sidebar", ".md-header", ".md-footer",
+           ".md-source-file", "button", "select")
+
+
+_LINK_DENSITY = 0.85  # share of a list's text inside links above which it is navigation
+
+
+def _main(soup):
+    """The page's content element when it marks exactly one (``role=main``, ``<main>``, ``<article>``)."""
+    for selector in ("[role=main]", "main", "article"):
+        found = soup.select(selector)
+        if len(found) == 1:
+            return found[0]
+    return soup.body or soup
+
+
+def _navigation(node) -> bool:
+    """A list or table that is nearly all links (a table of contents, an index, a site
+    menu): navigation, not content. Link density is the classic boilerplate signal."""
+    links = node.find_all("a")
+    if len(links) < 5:
+        return False
+    total = len(re.sub(r"\s+", "", node.get_text()))
+    linked = sum(len(re.sub(r"\s+", "", a.get_text())) for a in links)
+    return total > 0 and linked >= _LINK_DENSITY * total
+
+
+def _render(root) -> str:
+    """The text of ``root`` with Markdown-like structure: "#" headings, "- " list items,
+    fenced <pre> blocks, backticked inline code, a line per block, table cells joined
+    by " | ", navigation lists left out. Iterative and linear: nesting depth and row
+    width are the page's choice, not ours."""
+    from bs4 import NavigableString, Tag
+
+    out: list[str] = []
+    # (node or literal text, closing?, inside a list or table already judged)
+    stack: list[tuple[object, bool, bool]] = [(root, False, False)]
+    while stack:
+        node, closing, in_list = stack.pop()
+        if closing or isinstance(node, str) and not isinstance(node, NavigableString):
+            out.append("\n\n" if closing else str(node))
+            continue
+        if isinstance(node, NavigableString):
+            if type(node) is NavigableString:  # not a Comment, Doctype or declaration
+                out.append(re.sub(r"\s+", " ", str(node)))
+            continue
+        if not isinstance(node, Tag):
+            continue
+        name = node.name
+        if name == "pre":
+            code = node.get_text().strip("\n")
+            if code.strip():
+                out.append(f"\n\n```\n{code}\n```\n\n")
+            continue
+        if name == "br":
+            out.append("\n")
+            continue
+        if name == "code":
+            text = re.sub(r"\s+", " ", node.get_text()).strip()
+            if text:
+                out.append(f"`{text}`")
+            continue
+        if name in ("ul", "ol", "dl", "table") and not in_list:
+            if _navigation(node):
+                continue
+            in_list = True
+        if name in ("li", "tr"):  # one line each, the list or table keeps them together
+            out.append("\n- " if name == "li" else "\n")
+        elif name in _BLOCKS:
+            out.append("\n\n" + _HEADINGS.get(name, ""))
+            stack.append((node, True, in_list))
+        children: list[tuple[object, bool, bool]] = []
+        cells = 0
+        for child in node.contents:
+            if name == "tr" and isinstance(child, Tag) and child.name in ("td", "th"):
+                cells += 1
+                if cells > 1:
+                    children.append((" | ", False, in_list))  # cells of one row stay on its line
+            children.append((child, False, in_list))
+        stack.extend(reversed(children))
+    return _layout("".join(out))
+
+
+def _layout(text: str) -> str:
+    """Trimmed lines, at most one blank line in a row, code blocks as they were."""
+    lines: list[str] = []
+    in_code = False
+    for line in text.split("\n"):
+        if line.startswith("```"):
+            in_code = not in_code
+            lines.append(line)
+        elif in_code:
+            lines.append(line)
+        else:
+            stripped = re.sub(r"[ \t]+", " ", line).strip()
+            if stripped or (lines and lines[-1]):
+                lines.append(stripped)
+    return "\n".join(lines).strip()
+
+
+# ---------------------------------------------------------------- markup rendered to clean text
+# What an answer quotes is the text a reader sees: links keep their words, emphasis and
+# tags go, directives of doc generators (MkDocs includes and admonitions, mkdocstrings,
+# MyST roles) go, code stays verbatim in fences. Headings stay "#" lines and list items
+# "- " lines, because the chunker and the answerer read them as structure.
+
+_MD_FENCE = rx.compile(r"^[ \t]{0,3}(?:```|~~~)")
+_MD_DROP_LINE = rx.compile(r"^[ \t]*(?:\{\*.*\*\}|\{%.*%\}|:::[ \t].*|-{2,}8<-{2,}.*|\[[^\]]+\]:[ \t]+\S.*|"
+                           r"\|?[ \t]*:?-+:?[ \t]*(?:\|[ \t]*:?-+:?[ \t]*)*\|?|<!--.*-->)[ \t]*$")
+_MD_ADMONITION = rx.compile(r"^[ \t]*(?:///|!!!|\?\?\?\+?)[ \t]*([A-Za-z]*)[ \t]*(?:\|[ \t]*(.*?)|\"(.*?)\")?[ \t]*$")
+_MD_CODE_SPAN = rx.compile(r"`[^`]*`")
+_MD_INLINE = [
+    (rx.compile(r"\{[\w:-]+\}(`[^`]*`)"), r"\1"),  # MyST role {func}`name`
+    (rx.compile(r"!\[([^\]]*)\]\([^)]*\)"), r"\1"),  # image -> its alt text
+    (rx.compile(r"\[([^\]]+)\]\([^)]*\)"), r"\1"),  # link -> its words
+    (rx.compile(r"\[([^\]]+)\]\[[^\]]*\]"), r"\1"),  # reference link
+    (rx.compile(r"<br[ \t]*/?>"), " "),
+    (rx.compile(r"</?[A-Za-z][A-Za-z0-9-]*(?:[ \t][^<>]*)?/?>"), ""),  # inline HTML tags (their text stays)
+    (rx.compile(r"\*\*([^*]+)\*\*"), r"\1"),
+    (rx.compile(r"(^|[^\pL\pN_])__([^_]+)__"), r"\1\2"),
+    (rx.compile(r"(^|[ \t(\[])\*([^* \t][^*]*)\*"), r"\1\2"),
+    (rx.compile(r"[ \t]*\{[ \t]*#[\w-]+[^}]*\}[ \t]*$"), ""),  # heading anchor { #id }
+    (rx.compile(r"\\([\\`*_{}\[\]()#+.!|-])"), r"\1"),  # backslash escapes
+]
+
+
+def _md_inline(line: str) -> str:
+    import html
+
+    out, pos = [], 0
+    for m in _MD_CODE_SPAN.finditer(line):  # code spans stay as written
+        out.append(_md_prose(line[pos : m.start()]))
+        out.append(m.group(0))
+        pos = m.end()
+    out.append(_md_prose(line[pos:]))
+    return html.unescape("".join(out)) if "&" in line else "".join(out)
+
+
+def _md_prose(text: str) -> str:
+    for pattern, repl in _MD_INLINE:
+        text = pattern.sub(repl, text)
+    return text
+
+
+def markdown_text(text: str) -> str:
+    """Markdown as a reader sees it; fenced code blocks are kept verbatim."""
+    out: list[str] = []
+    in_code = False
+    for line in text.split("\n"):
+        if _MD_FENCE.match(line):
+            in_code = not in_code
+            out.append(line.strip())
+            continue
+        if in_code:
+            out.append(line)
+            continue
+        if _MD_DROP_LINE.match(line):
+            continue
+        adm = _MD_ADMONITION.match(line)
+        if adm:  # "/// tip | Title" -> "Tip: Title"; a closing "///" -> nothing
+            kind, title = adm.group(1), adm.group(2) or adm.group(3) or ""
+            out.append(f"{kind.capitalize()}: {title}".rstrip(": ") if kind else title)
+            continue
+        out.append(_md_inline(line))
+    return re.sub(r"\n{3,}", "\n\n", "\n".join(out))
 
 
 # A real page holds a few thousand characters; a crafted one can hold 70 MB of text
@@ -434,8 +613,13 @@ def jsonl_documents(text: str, rel: str) -> list[Document]:
             for doc, cs in by_doc.items()]
 
 
-def load_file(path: Path, rel: str | None = None) -> list[Document]:
-    """Load one file; raises ``ValueError``/``OSError`` when it cannot be read."""
+def _markup(suffix: str, text: str, markup: str) -> str:
+    return markdown_text(text) if markup == "clean" and suffix in (".md", ".markdown") else text
+
+
+def load_file(path: Path, rel: str | None = None, markup: str = "clean") -> list[Document]:
+    """Load one file; raises ``ValueError``/``OSError`` when it cannot be read. ``markup``:
+    "clean" renders Markdown to what a reader sees, "raw" keeps it as written (the seed)."""
     rel = rel or path.name
     suffix = path.suffix.lower()
     if suffix == ".jsonl":
@@ -445,10 +629,10 @@ def load_file(path: Path, rel: str | None = None) -> list[Document]:
     if suffix == ".pdf":
         return [Document(rel, _read_pdf(path))]
     meta, text = split_front_matter(_read_text(path))
-    return [Document(rel, text, meta=tuple(meta.items()))]
+    return [Document(rel, _markup(suffix, text, markup), meta=tuple(meta.items()))]
 
 
-def parse_upload(rel: str, text: str) -> list[Document]:
+def parse_upload(rel: str, text: str, markup: str = "clean") -> list[Document]:
     """The documents of a file sent as text (an upload named ``rel``), parsed by its
     suffix as ``load_file`` parses one on disk: hidden HTML dropped, .jsonl records
     grouped (each naming its document; the caller confines them), front matter read."""
@@ -458,7 +642,7 @@ def parse_upload(rel: str, text: str) -> list[Document]:
     if suffix in HTML_SUFFIXES:
         return [Document(rel, html_text(text, rel))]
     meta, body = split_front_matter(text)
-    return [Document(rel, body, meta=tuple(meta.items()))]
+    return [Document(rel, _markup(suffix, body, markup), meta=tuple(meta.items()))]
 
 
 def iter_files(root: Path) -> Iterator[tuple[Path, str]]:
@@ -473,8 +657,9 @@ def iter_files(root: Path) -> Iterator[tuple[Path, str]]:
         yield path, rel
 
 
-def load_documents(paths: Iterable[str | Path]) -> list[Document]:
-    """All readable documents under ``paths``. Unreadable files: one warning each."""
+def load_documents(paths: Iterable[str | Path], markup: str = "clean") -> list[Document]:
+    """All readable documents under ``paths`` (``markup`` as in ``load_file``). Unreadable
+    files: one warning each."""
     docs: list[Document] = []
     for p in paths:
         root = Path(p)
@@ -485,7 +670,7 @@ def load_documents(paths: Iterable[str | Path]) -> list[Document]:
                 log.warning("skipping %s: unsupported file type (supported: %s)", rel, " ".join(sorted(SUPPORTED)))
                 continue
             try:
-                loaded = load_file(path, rel)
+                loaded = load_file(path, rel, markup)
             except (OSError, ValueError) as exc:
                 reason = "not UTF-8 text" if isinstance(exc, UnicodeDecodeError) else str(exc)
                 log.warning("skipping %s: %s", rel, reason)

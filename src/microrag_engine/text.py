@@ -1,7 +1,7 @@
 """Text helpers shared by several steps: sentence spans, token counts, tokenisers.
 
 * ``sentence_spans`` - (start, end) of each sentence, never across a block
-  (paragraph, heading, list item, table row); used to chunk, to answer
+  (paragraph, heading, list item, table row); a fenced code block is one unit; used to chunk, to answer
   extractively and to split premises for verification.
 * ``approx_tokens`` - a WordPiece-ish token count for budgets.
 * ``seed_tokens`` (the spec's TF-IDF tokens) and ``bm25_tokens`` (stemmed,
@@ -36,9 +36,22 @@ def _blocks(text: str) -> list[tuple[int, int]]:
     blocks: list[tuple[int, int]] = []
     start: int | None = None
     pos = prev_end = 0
+    code_start: int | None = None
     for line in text.splitlines(keepends=True):
         s, e = pos, pos + len(line.rstrip("\r\n"))
         pos += len(line)
+        fence = line.lstrip(" ").startswith(("```", "~~~"))
+        if code_start is not None:  # inside a fenced code block: one block up to the closing fence
+            if fence:
+                blocks.append((code_start, e))
+                code_start = None
+            continue
+        if fence:
+            if start is not None:
+                blocks.append((start, prev_end))
+                start = None
+            code_start = s
+            continue
         if not line.strip():
             if start is not None:
                 blocks.append((start, prev_end))
@@ -55,7 +68,14 @@ def _blocks(text: str) -> list[tuple[int, int]]:
             start = None
     if start is not None:
         blocks.append((start, prev_end))
+    if code_start is not None:  # an unclosed fence runs to the end
+        blocks.append((code_start, len(text.rstrip())))
     return blocks
+
+
+def is_code(unit: str) -> bool:
+    """Whether a unit from ``sentence_spans`` is a fenced code block."""
+    return unit.startswith(("```", "~~~"))
 
 
 def sentence_spans(text: str) -> list[tuple[int, int]]:
@@ -63,6 +83,9 @@ def sentence_spans(text: str) -> list[tuple[int, int]]:
     spans: list[tuple[int, int]] = []
     for bs, be in _blocks(text):
         block = text[bs:be]
+        if is_code(block):  # code is quoted whole, never cut at a "." inside it
+            spans.append((bs, be))
+            continue
         cuts = [0] + [m.end() for m in _SENT_END.finditer(block)] + [len(block)]
         for a, b in zip(cuts, cuts[1:]):
             seg = block[a:b]

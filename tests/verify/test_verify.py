@@ -102,7 +102,7 @@ def test_verify_reports_the_deciding_chunk_and_summary():
     assert v.summary().startswith("1/3 sentences supported")
     d = v.to_dict()
     assert d["sentences"][1] == {"sentence": "Vacation is 30 days.", "verdict": CONTRADICTED, "probability": 0.8,
-                                 "chunk": "b#1", "missing": ["30"]}
+                                 "chunk": "b#1", "missing": ["30"], "on_question": None}
     dropped = verify("Vacation is 20 days. The moon is cheese.", [("a#0", one)], nli, policy="drop")
     assert dropped.text == "Vacation is 20 days."
 
@@ -116,6 +116,24 @@ def test_fact_check_demotes_support_for_figures_and_names_no_chunk_states():
     assert [(s.verdict, s.missing) for s in v.sentences] == [(NEUTRAL, ("12",)), (ENTAILED, ()), (NEUTRAL, ("CFO",))]
     off = verify("Sick leave is 12 days a year.", chunks, nli, fact_check=False)
     assert off.sentences[0].verdict == ENTAILED  # the model alone was fooled
+
+
+def test_a_grounded_quote_that_does_not_answer_the_question_is_not_supported():
+    """#15: a quote is always grounded, so grounded alone cannot mean "answered"."""
+    chunk = "Production deploys are approved by the release captain of the owning team."
+    nli = Scripted({(chunk, chunk): (0.97, 0.02, 0.01)})
+    strict = (0.3, 0.3, 0.6)  # min_support, max_missing, rescue_sem
+    off = verify(chunk, [("d#0", chunk)], nli, question="How do I deploy to Heroku with a Procfile?", answerability=strict)
+    assert off.grounded and off.answers is False and not off.supported
+    assert "'heroku'" in off.off_question.lower() and "do not answer the question" in off.summary()
+    assert off.sentences[0].on_question is False
+    refused = verify(chunk, [("d#0", chunk)], nli, policy="refuse", question="How do I deploy to Heroku with a Procfile?",
+                     answerability=strict)
+    assert refused.text == NOT_SUPPORTED
+    on = verify(chunk, [("d#0", chunk)], nli, policy="refuse", question="Who approves production deploys?",
+                answerability=strict)
+    assert on.answers is True and on.supported and on.text == chunk and on.sentences[0].on_question is True
+    assert verify(chunk, [("d#0", chunk)], nli).answers is None  # no question: not judged
 
 
 def test_without_chunks_every_sentence_is_unsupported():
@@ -174,12 +192,20 @@ def test_cli_verify_json_shape_and_exit_codes(tmp_path):
     out = run_cli("verify", "--context", str(ctx), "--answer", answer, "--json")
     assert out.returncode == 0, out.stderr
     rows = json.loads(out.stdout)
-    assert [set(r) for r in rows] == [{"sentence", "verdict", "probability", "chunk"}] * 3
-    assert rows[0]["verdict"] == ENTAILED and rows[0]["chunk"] == 1
+    assert [set(r) for r in rows] == [{"sentence", "verdict", "probability", "chunk", "on_question"}] * 3
+    assert rows[0]["verdict"] == ENTAILED and rows[0]["chunk"] == 1 and rows[0]["on_question"] is None
     assert rows[1]["verdict"] != ENTAILED and rows[2]["verdict"] != ENTAILED
     assert all(0.0 <= r["probability"] <= 1.0 for r in rows)
     refused = run_cli("verify", "--context", str(ctx), "--answer", answer, "--policy", "refuse")
     assert refused.returncode == 1 and NOT_SUPPORTED in refused.stdout
+    # A faithful quote, asked about something the context never mentions: grounded, not an answer.
+    quote = "Full-time employees receive 20 paid vacation days per calendar year."
+    off = run_cli("verify", "--context", str(ctx), "--answer", quote, "--question",
+                  "Does the company pay for a gym membership stipend?", "--policy", "refuse")
+    assert off.returncode == 1 and "do not answer the question" in off.stdout and NOT_SUPPORTED in off.stdout
+    on = run_cli("verify", "--context", str(ctx), "--answer", quote, "--question", "How many vacation days do I get?",
+                 "--policy", "refuse")
+    assert on.returncode == 0 and "does not address" not in on.stdout
 
 
 def test_cli_verify_bad_input_is_one_line(tmp_path):

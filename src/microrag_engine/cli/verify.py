@@ -2,7 +2,8 @@
 
 Context is given as chunks, one per paragraph; each answer sentence gets a
 verdict (supported / unsupported / contradicted), its probability and the
-chunk that decided it. The checking itself is ``verify/``; this module only
+chunk that decided it; with ``--question``, also whether the supported sentences
+answer that question (a grounded quote about something else does not). The checking itself is ``verify/``; this module only
 parses arguments and prints. ``ask --verify`` prints verdicts with ``verdict_line``.
 """
 
@@ -15,6 +16,8 @@ import sys
 from pathlib import Path
 
 from ..errors import MicroRAGError
+from ..generate import Relevance, relevance
+from ..index.embed import make_embedder
 from ..verify import SentenceVerdict, verify_with
 from .options import add_output, add_verification, settings_for
 
@@ -24,6 +27,8 @@ def register(sub: argparse._SubParsersAction) -> None:
     v.add_argument("--context", required=True, metavar="FILE",
                    help="the chunks, one per paragraph (blank-line separated); '-' for stdin")
     v.add_argument("--answer", required=True, metavar="TEXT", help="the answer to check; '-' for stdin")
+    v.add_argument("--question", metavar="TEXT",
+                   help="the question it answers: also check that the supported sentences answer it")
     add_verification(v)
     add_output(v)
     v.set_defaults(run=cmd_verify)
@@ -36,7 +41,8 @@ def verdict_line(v: SentenceVerdict) -> str:
     """One sentence's verdict for a terminal: mark, probability, deciding chunk, sentence."""
     where = f" [{v.chunk}]" if v.chunk is not None else ""
     missing = f"  (not in the sources: {', '.join(v.missing)})" if v.missing else ""
-    return f"{MARKS[v.verdict]} {v.probability:.2f}{where}  {v.sentence}{missing}"
+    off = "  (does not address the question)" if v.on_question is False else ""
+    return f"{MARKS[v.verdict]} {v.probability:.2f}{where}  {v.sentence}{missing}{off}"
 
 
 def _read_arg(value: str, what: str) -> str:
@@ -62,10 +68,17 @@ def cmd_verify(args: argparse.Namespace) -> int:
     if not answer.strip():
         raise MicroRAGError("--answer is empty")
     s = settings_for(args, "default")
-    result = verify_with(s, answer, [(str(i + 1), c) for i, c in enumerate(chunks)])
+    if args.question is not None and not args.question.strip():
+        raise MicroRAGError("--question is empty")
+
+    def relevance_of(question: str, texts: list[str], sources: list[str]) -> Relevance:
+        return relevance(question, texts, sources, make_embedder(s.embedder))
+
+    result = verify_with(s, answer, [(str(i + 1), c) for i, c in enumerate(chunks)], question=args.question,
+                         relevance_of=relevance_of)
     if args.json:
         rows = [{"sentence": v.sentence, "verdict": v.verdict, "probability": v.probability,
-                 "chunk": int(v.chunk) if v.chunk else None} for v in result.sentences]
+                 "chunk": int(v.chunk) if v.chunk else None, "on_question": v.on_question} for v in result.sentences]
         json.dump(rows, sys.stdout, ensure_ascii=False, indent=1)
         print()
     else:
@@ -74,4 +87,4 @@ def cmd_verify(args: argparse.Namespace) -> int:
         print(result.summary())
         if result.text != answer:
             print("\nAnswer after policy:\n" + result.text)
-    return 0 if result.grounded or s.verify_policy == "flag" else 1
+    return 0 if result.supported or s.verify_policy == "flag" else 1

@@ -9,7 +9,10 @@ Out: ``Verification`` - per sentence, the best chunk and a verdict
        * ``refuse`` replace the answer with a refusal if any sentence is not entailed.
 
 A sentence is grounded when at least one chunk entails it. Grounded is not
-true: a poisoned chunk can entail a false sentence. The NLI model is a backend
+true: a poisoned chunk can entail a false sentence. Grounded is not an answer
+either: given the question, the answer is ``supported`` only when its entailed
+sentences also address it (the extractive answerer's relevance test), so a
+faithful quote about something else is flagged, dropped or refused by policy. The NLI model is a backend
 (``nli.py``); this module only splits, scores pairs and applies the policy.
 It does not retrieve or generate.
 """
@@ -17,11 +20,14 @@ It does not retrieve or generate.
 from __future__ import annotations
 
 import re
-from collections.abc import Sequence
-from dataclasses import asdict, dataclass
+from collections.abc import Callable, Sequence
+from dataclasses import asdict, dataclass, replace
+
+import numpy as np
 
 from .. import rx
 from ..config import VERIFY_POLICIES, Settings
+from ..generate import Relevance, judge, relevance
 from ..text import sentence_spans
 from ..types import CONTRADICTED, ENTAILED, NEUTRAL, NOT_SUPPORTED, C, E
 from .nli import load_nli
@@ -45,6 +51,7 @@ class SentenceVerdict:
     probability: float
     chunk: str | None  # chunk id (or context paragraph number) that decided it
     missing: tuple[str, ...] = ()  # numbers / names the sentence states and no chunk does
+    on_question: bool | None = None  # whether it addresses the question (None: no question given)
 
 
 @dataclass(frozen=True)
@@ -54,6 +61,10 @@ class Verification:
     sentences: tuple[SentenceVerdict, ...]
     policy: str
     text: str
+    # Whether the supported sentences answer the question (None: no question given). A
+    # quote is always grounded; grounded text about something else answers nothing.
+    answers: bool | None = None
+    off_question: str = ""  # why not, in words
 
     @property
     def counts(self) -> dict[str, int]:
@@ -67,14 +78,21 @@ class Verification:
         """True when every sentence is entailed by some chunk."""
         return all(s.verdict == ENTAILED for s in self.sentences)
 
+    @property
+    def supported(self) -> bool:
+        """Grounded, and (when a question was given) answering it."""
+        return self.grounded and self.answers is not False
+
     def summary(self) -> str:
         c = self.counts
         n = len(self.sentences)
+        off = f"; they do not answer the question ({self.off_question})" if self.answers is False else ""
         return (f"{c[ENTAILED]}/{n} sentences supported, {c[NEUTRAL]} unsupported, "
-                f"{c[CONTRADICTED]} contradicted (policy: {self.policy})")
+                f"{c[CONTRADICTED]} contradicted{off} (policy: {self.policy})")
 
     def to_dict(self) -> dict:
-        return {"policy": self.policy, "grounded": self.grounded, "counts": self.counts,
+        return {"policy": self.policy, "grounded": self.grounded, "answers": self.answers,
+                "supported": self.supported, "counts": self.counts,
                 "summary": self.summary(), "text": self.text,
                 "sentences": [{**asdict(s), "missing": list(s.missing)} for s in self.sentences]}
 
@@ -164,14 +182,15 @@ def decide(probs: Sequence[Sequence[float]], min_entail: float, min_contra: floa
     return NEUTRAL, float(1.0 - probs[best][E]), best
 
 
-def apply_policy(answer: str, verdicts: Sequence[SentenceVerdict], policy: str) -> str:
-    """The answer text after ``policy`` (see module docstring)."""
+def apply_policy(answer: str, verdicts: Sequence[SentenceVerdict], policy: str, answers: bool | None = None) -> str:
+    """The answer text after ``policy`` (see module docstring); an answer that does not
+    answer the question (``answers`` False) is refused by ``drop`` and ``refuse`` alike."""
     if policy not in VERIFY_POLICIES:
         raise ValueError(f"unknown verify policy {policy!r}; choose one of {', '.join(VERIFY_POLICIES)}")
     bad = [v for v in verdicts if v.verdict != ENTAILED]
-    if policy == "flag" or not bad:
+    if policy == "flag" or (not bad and answers is not False):
         return answer
-    if policy == "refuse":
+    if policy == "refuse" or answers is False:
         return NOT_SUPPORTED
     kept = [v.sentence for v in verdicts if v.verdict == ENTAILED]
     return " ".join(kept) if kept else NOT_SUPPORTED
@@ -185,6 +204,9 @@ def verify(
     min_entail: float | None = None,
     min_contra: float | None = None,
     fact_check: bool = True,
+    question: str | None = None,
+    relevance_of: Callable[[str, list[str], list[str]], Relevance] | None = None,
+    answerability: tuple[float, float, float] = (0.0, 1.0, 0.0),
 ) -> Verification:
     """Check ``answer`` against ``chunks`` = [(chunk id, text), ...] with backend ``nli``.
 
@@ -192,6 +214,10 @@ def verify(
     ``nli.min_contra``). With ``fact_check`` an entailed sentence stating a
     number or name that no chunk contains becomes unsupported (see
     ``unsupported_facts``). With no chunks every sentence is unsupported.
+    With ``question``, each sentence is also scored for whether it addresses it
+    (``relevance_of(question, sentences, chunk texts)``, the answerer's measure), and the
+    answer ``answers`` the question only when its entailed sentences pass the
+    answerer's test (``answerability`` = min_support, max_missing, rescue_sem).
     """
     min_entail = nli.min_entail if min_entail is None else min_entail
     min_contra = nli.min_contra if min_contra is None else min_contra
@@ -209,11 +235,27 @@ def verify(
             verdicts.append(SentenceVerdict(sent, verdict, round(p, 4), chunks[i][0], missing))
     else:
         verdicts = [SentenceVerdict(s, NEUTRAL, 1.0, None) for s in sentences]
-    return Verification(tuple(verdicts), policy, apply_policy(answer, verdicts, policy))
+    answers, why = None, ""
+    if question is not None and sentences:
+        claims = [strip_citations(v.sentence) or v.sentence for v in verdicts]
+        rel = (relevance_of or _keyword_relevance)(question, claims, [t for _, t in chunks])
+        min_support, max_missing, rescue_sem = answerability
+        verdicts = [replace(v, on_question=bool(rel.support[i] >= min_support)) for i, v in enumerate(verdicts)]
+        entailed = np.array([v.verdict == ENTAILED for v in verdicts])
+        said = judge(rel, min_support, max_missing, rescue_sem, entailed)
+        answers, why = said.answerable, said.reason
+    return Verification(tuple(verdicts), policy, apply_policy(answer, verdicts, policy, answers), answers, why)
 
 
-def verify_with(settings: Settings, answer: str, chunks: Sequence[tuple[str, str]]) -> Verification:
+def _keyword_relevance(question: str, texts: list[str], sources: list[str]) -> Relevance:
+    return relevance(question, texts, sources)
+
+
+def verify_with(settings: Settings, answer: str, chunks: Sequence[tuple[str, str]], question: str | None = None,
+                relevance_of: Callable[[str, list[str], list[str]], Relevance] | None = None) -> Verification:
     """:func:`verify` wired from ``settings``: its backend (``nli``), policy and thresholds.
     The one place step 6 is configured, for the engine and ``microrag verify`` alike."""
     return verify(answer, chunks, load_nli(settings.nli), policy=settings.verify_policy, min_entail=settings.min_entail,
-                  min_contra=settings.min_contra, fact_check=settings.verify_facts)
+                  min_contra=settings.min_contra, fact_check=settings.verify_facts, question=question,
+                  relevance_of=relevance_of,
+                  answerability=(settings.answer_min_support, settings.answer_max_missing, settings.answer_rescue_sem))

@@ -85,7 +85,7 @@ def router(ctx: ServerContext) -> APIRouter:
         if on.confined_records:
             # Parsed as the operator's loader parses a file; every document it yields must
             # be this upload itself (a .jsonl record naming another document is refused).
-            docs = parse_upload(name, body.body)
+            docs = parse_upload(name, body.body, cfg.settings.markup)
             strays = sorted({d.path for d in docs} - {name})
             if strays:
                 raise HTTPException(400, f"a record names document {strays[0]!r}; records of an uploaded .jsonl "
@@ -172,7 +172,7 @@ def router(ctx: ServerContext) -> APIRouter:
         if not cfg.corpus:
             raise MicroRAGError("this server was started without a corpus to reset from (serve --corpus PATH)")
         with ctx.lock:
-            docs = load_documents(cfg.corpus)
+            docs = load_documents(cfg.corpus, cfg.settings.markup)
             gone = [d for d in cfg.store.documents() if d not in {x.path for x in docs}]
             report = ingest_documents(cfg.store, docs, cfg.settings, principal=f"operator:{who.name}", prune_missing=gone)
             ctx.reload()

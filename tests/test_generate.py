@@ -1,0 +1,104 @@
+"""generate.py: the query-focused extractive answerer and its answerability test."""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+from conftest import needs_models
+
+from microrag_engine.config import preset
+from microrag_engine.engine import Engine, demo_corpus
+from microrag_engine.generate import Relevance, extractive_answer, judge, relevance, units_of
+from microrag_engine.types import NOT_IN_DOCUMENTS, Chunk, Hit, Retrieval
+
+
+def retrieval(query: str, *texts: str, doc: str = "guide.md") -> Retrieval:
+    hits = [Hit(Chunk(f"{doc}#{i}", doc if i == 0 else f"other{i}.md", i, 0, len(t), t), 1.0 - i / 10, 1, 1, 1, 1)
+            for i, t in enumerate(texts)]
+    return Retrieval(query, hits)
+
+
+LEAVE = ("# Leave\n\nThis policy describes paid vacation and sick leave.\n\n"
+         "Full-time employees receive 20 paid vacation days per calendar year. From the fourth year the allowance is 25 days.\n\n"
+         "You may carry over up to 5 unused vacation days into the next year.")
+
+
+def test_units_keep_code_blocks_whole_and_know_their_heading():
+    text = "# Install\n\nRun this:\n\n```\npip install x. y\n\nz = 1\n```\n\n- first item. still it\n| a | b |"
+    units = units_of(retrieval("q", text))
+    assert (units[0].kind, units[0].text) == ("heading", "# Install")
+    code = [u.text for u in units if u.kind == "code"]
+    assert code == ["```\npip install x. y\n\nz = 1\n```"]  # one unit, never cut at the ". " inside it
+    assert {u.kind for u in units} >= {"item", "row", "sentence"}
+    assert all("Install" in u.context for u in units[1:])
+
+
+def test_the_sentence_that_states_the_figure_answers_a_how_many_question():
+    ans = extractive_answer("how many vacation days do I get?", retrieval("q", LEAVE))
+    first = ans.split("\n\n")[0]
+    assert "20 paid vacation days" in first and "[source: guide.md · chunk 0]" in first
+
+
+def test_a_lead_in_brings_its_code_block_intact():
+    text = ("# Docs\n\nThe interactive docs are served at /docs by default.\n\n"
+            "You can disable the docs page by setting docs_url to None:\n\n```\napp = App(docs_url=None)\n```\n\n"
+            "Other settings are described later.")
+    ans = extractive_answer("how do I disable the docs page?", retrieval("q", text))
+    assert "```\napp = App(docs_url=None)\n```" in ans
+    assert ans.index("disable the docs page") < ans.index("```")
+
+
+def test_passages_come_from_several_chunks_when_each_adds_something():
+    a = "Backups of the database run nightly at 02:00 UTC."
+    b = "Restores of a backup are requested through the ops portal."
+    ans = extractive_answer("when do database backups run and how do I request a restore?", retrieval("q", a, b))
+    assert "02:00" in ans and "ops portal" in ans
+    assert ans.count("[source:") == 2
+
+
+def test_distinctive_terms_absent_from_every_chunk_are_refused_by_name():
+    r = retrieval("q", LEAVE)
+    ans = extractive_answer("does the company offer a dependent care FSA?", r, max_missing=0.3, rescue_sem=0.6)
+    assert ans.startswith(NOT_IN_DOCUMENTS) and "'FSA'" in ans
+    # the same question with the thresholds off quotes the nearest text instead
+    assert not extractive_answer("does the company offer a dependent care FSA?", r).startswith(NOT_IN_DOCUMENTS)
+
+
+def test_framing_words_are_never_missing():
+    rel = relevance("how many vacation days do I get?", ["x"], [LEAVE])
+    assert rel.missing == () and rel.missing_share == 0.0
+
+
+def test_identifier_like_words_weigh_more_than_prose():
+    rel = relevance("what does error E-4012 mean?", ["| E-4012 | heartbeat timeout |", "Error codes look like E-NNNN."],
+                    ["x"])
+    assert rel.lex[0] > rel.lex[1]
+
+
+def test_judge_refuses_low_support_and_reads_only_usable_units():
+    rel = Relevance(np.array([0.9, 0.1]), np.array([0.9, 0.1]), (), 0.0)
+    assert judge(rel, 0.5, 1.0, 0.0).answerable
+    assert not judge(rel, 0.5, 1.0, 0.0, np.array([False, True])).answerable
+    missing = Relevance(np.array([0.2]), np.array([0.4]), ("heroku",), 0.6)
+    said = judge(missing, 0.0, 0.5, 0.5)
+    assert not said.answerable and "'heroku'" in said.reason
+    assert judge(missing, 0.0, 0.5, 0.3).answerable  # a unit close enough in meaning rescues it
+
+
+def test_gate_refusal_passes_through_with_its_reason():
+    ans = extractive_answer("q", Retrieval("q", [], refused=True, reason="nothing close"))
+    assert ans == f"{NOT_IN_DOCUMENTS} (nothing close)"
+
+
+@pytest.fixture(scope="module")
+def demo_engine():
+    return Engine.from_paths([demo_corpus()], preset("default"))
+
+
+@needs_models
+@pytest.mark.parametrize("question,fact", [
+    ("how many vacation days do I get?", "20 paid vacation days"),
+    ("what port does the build server use?", "8443"),
+])
+def test_readme_examples_answer_correctly(demo_engine, question, fact):
+    assert fact in demo_engine.ask(question).text
