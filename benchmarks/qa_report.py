@@ -9,8 +9,7 @@ Sets: ``benchmarks/qa/python-docs.jsonl`` over the Python 3.11 documentation
 ~/.cache/microrag/qa/) and ``benchmarks/qa/handbook.jsonl`` over the bundled demo
 handbook. Writes benchmarks/results/qa.md (the table, the trade-off of the answerer's
 refusal thresholds with a plot) and benchmarks/expected/qa-*.json. The thresholds are
-chosen on these dev sets only: the most unanswerable questions refused with false
-refusals at most 5% on each set (the gate's refusals count as refusals).
+chosen on these dev sets only (the gate's refusals count as refusals): see ``choose``.
 """
 
 from __future__ import annotations
@@ -45,8 +44,8 @@ GATE = {"min_em": [0.30, 0.34, 0.38], "min_kwcov": [0.40, 0.46]}
 GRID = {"min_support": [0.0, 0.25, 0.3, 0.35, 0.4, 0.45],
         "max_missing": [0.1, 0.2, 0.3, 0.4, 0.5, 1.0],
         "rescue_sem": [0.0, 0.5, 0.55, 0.6, 0.65, 0.7]}
-MAX_FALSE_REFUSALS = 0.05
-MIN_OOD_REFUSED = 0.95  # off-topic questions (never asked of these corpora) must stay refused
+FALSE_COST = 2.0  # a false refusal (an answerable question refused) costs this many missed refusals
+GOAL_FALSE_REFUSALS = 0.05  # the issue's goal, drawn on the plot
 
 
 def pydoc_engine(settings) -> tuple[Engine, str]:
@@ -85,13 +84,17 @@ def sweep(signals: dict[str, list], answerable: dict[str, np.ndarray], gate: dic
     return rows
 
 
-def choose(rows: list[dict], names: list[str]) -> dict:
-    ok = [r for r in rows if all(r[f"{n} false"] <= MAX_FALSE_REFUSALS and r[f"ood@{n} refused"] >= MIN_OOD_REFUSED
-                                 for n in names)] or rows
-    # Most unanswerable refused (mean over sets); ties: fewer false refusals, then the gentler thresholds.
-    return max(ok, key=lambda r: (round(np.mean([r[f"{n} refused"] for n in names]), 4),
-                                  -np.mean([r[f"{n} false"] for n in names]),
-                                  -r["min_support"], r["max_missing"], -r["rescue_sem"], -r["min_em"]))
+def choose(rows: list[dict], names: list[str], gate: tuple[float, float]) -> dict:
+    """The answerer's thresholds at the shipped gate (calibrated for off-topic questions in
+    gate.md, and what ``retrieve``/``rank`` refuse): the most unanswerable questions refused,
+    a false refusal costing twice a missed one (mean over the sets)."""
+    at_gate = [r for r in rows if (r["min_em"], r["min_kwcov"]) == gate]
+
+    def utility(r: dict) -> tuple:
+        value = np.mean([r[f"{n} refused"] for n in names]) - FALSE_COST * np.mean([r[f"{n} false"] for n in names])
+        return round(float(value), 4), -r["min_support"], r["max_missing"], -r["rescue_sem"]  # ties: gentler
+
+    return max(at_gate, key=utility)
 
 
 def plot(rows: list[dict], names: list[str], chosen: dict) -> str | None:
@@ -107,7 +110,7 @@ def plot(rows: list[dict], names: list[str], chosen: dict) -> str | None:
     for ax, n in zip(axes[0], names):
         ax.scatter([r[f"{n} false"] for r in rows], [r[f"{n} refused"] for r in rows], s=8, alpha=0.4, label="grid")
         ax.scatter([chosen[f"{n} false"]], [chosen[f"{n} refused"]], c="red", s=40, label="default")
-        ax.axvline(MAX_FALSE_REFUSALS, ls=":", c="grey")
+        ax.axvline(GOAL_FALSE_REFUSALS, ls=":", c="grey")
         ax.set(title=n, xlabel="false refusals (answerable refused)", ylabel="unanswerable refused")
         ax.legend(loc="lower right")
     fig.tight_layout()
@@ -137,7 +140,7 @@ def main() -> int:
             signals[f"ood@{n}"] = answer_signals(built[n][0], ood)
         rows += sweep(signals, answerable, {"min_em": min_em, "min_kwcov": min_kwcov})
         print(f"gate min_em {min_em} min_kwcov {min_kwcov}: swept", flush=True)
-    chosen = choose(rows, args.sets)
+    chosen = choose(rows, args.sets, (base.min_em, base.min_kwcov))
     print("chosen: " + json.dumps(chosen), flush=True)
     # 2. the table with the shipped defaults (and the chosen thresholds, if they differ)
     lines = ["# Answers on real documents", "",
@@ -171,8 +174,12 @@ def main() -> int:
               "The extractive answerer refuses when the query's distinctive terms (IDF-weighted share over "
               "`answer_max_missing`) are absent from every retrieved chunk and no unit's cosine reaches "
               "`answer_rescue_sem`, or when no unit's support (half keyword share, half cosine) reaches "
-              f"`answer_min_support`. Chosen: the most unanswerable refused with false refusals <= {MAX_FALSE_REFUSALS:.0%} "
-              "on every set. Rows: the Pareto front of the grid.", "",
+              "`answer_min_support`. The grounding gate (`min_em`, `min_kwcov`) is swept with it to show what "
+              "loosening it would buy; the shipped gate stays as calibrated for off-topic questions "
+              "([gate.md](gate.md)), since `retrieve` and `rank` refuse with it alone. Chosen at that gate: the most "
+              f"unanswerable questions refused, a false refusal costing {FALSE_COST:g} missed ones (mean over the "
+              "sets). `off-topic refused`: the 150 out-of-domain questions of gate.md asked of each corpus. "
+              "Rows: the Pareto front of the grid, and the chosen row.", "",
               "| min_em | min_kwcov | min_support | max_missing | rescue_sem | "
               + " | ".join(f"{n} refused | {n} false | off-topic refused" for n in args.sets) + " |",
               "|---|---|---|---|---|" + "---|---|---|" * len(args.sets)]
@@ -191,12 +198,35 @@ def main() -> int:
         lines.append(f"| {r['min_em']} | {r['min_kwcov']} | {r['min_support']}{mark} | {r['max_missing']} | {r['rescue_sem']} | "
                      + " | ".join(f"{r[f'{n} refused']:.2f} | {r[f'{n} false']:.2f} | {r[f'ood@{n} refused']:.2f}"
                                   for n in args.sets) + " |")
+    lines += ["", "## No document swamps the rest", "",
+              "The length prior (`w_long_doc` over documents longer than `long_doc_chunks` chunks) against none. "
+              "`long docs in top 4`: questions whose top 4 holds a chunk of a document over 100 chunks (the Python "
+              "docs' What's New pages, stdtypes, os...). SciFact and HotpotQA are one chunk per document, so the prior "
+              "is zero there by construction (their nDCG is checked by `make test`, benchmarks/expected/).", "",
+              "| set | prior | hit@4 | long docs in top 4 |", "|---|---|---|---|"]
+    for n in args.sets:
+        engine = built[n][0]
+        sizes = {}
+        for c in engine.index.chunks:
+            sizes[c.doc] = sizes.get(c.doc, 0) + 1
+        for label, w in (("off", 0.0), (f"w {base.w_long_doc}, > {base.long_doc_chunks} chunks", base.w_long_doc)):
+            engine.settings = override(base, w_long_doc=w)
+            rs = [engine.retrieve(i.question, safeguards=True) for i in items[n]]
+            hit = np.mean([any(h.chunk.doc in i.docs for h in r.hits) for i, r in zip(items[n], rs) if i.answerable])
+            long = sum(any(sizes.get(h.chunk.doc, 0) > 100 for h in r.hits) for r in rs)
+            lines.append(f"| {n} | {label} | {hit:.2f} | {long}/{len(rs)} |")
     png = plot(rows, args.sets, chosen)
     if png:
         lines += ["", f"![trade-off]({png})"]
     RESULTS.mkdir(parents=True, exist_ok=True)
     (RESULTS / "qa.md").write_text("\n".join(lines) + "\n")
     print(f"wrote {RESULTS / 'qa.md'}")
+    shipped = (base.answer_min_support, base.answer_max_missing, base.answer_rescue_sem)
+    picked = (chosen["min_support"], chosen["max_missing"], chosen["rescue_sem"])
+    if shipped != picked:  # the expected figures above are at the chosen thresholds
+        print(f"the chosen thresholds {picked} are not the shipped defaults {shipped}: set answer_min_support, "
+              "answer_max_missing, answer_rescue_sem in src/microrag_engine/config.py and run this again", file=sys.stderr)
+        return 1
     return 0
 
 

@@ -80,3 +80,24 @@ def test_verification_on_the_default_preset_checks_every_sentence():
     eng = Engine.from_paths([demo_corpus()], preset("default"))
     ans = eng.ask("how many vacation days do I get?", verify=True)
     assert ans.verification is not None and ans.verification.sentences
+
+
+@pytest.mark.parametrize("question", ["how many paid sick zorblax days do I get?", "does the zorblax plan cover sick days?"])
+def test_hidden_documents_never_change_what_the_answerer_says(question):
+    """#15 review: the answerer weighs query words by IDF and refuses on words no passage
+    mentions; that IDF must come from what the caller may read, or a restricted document
+    holding "zorblax" would flip a reader's refusal into an answer (or back)."""
+    from microrag_engine.types import Document
+
+    public = [Document("leave.md", "# Leave\n\nEmployees get 10 paid sick days a year. Sick days do not carry over."),
+              Document("vpn.md", "# VPN\n\nThe VPN uses WireGuard on port 51820.")]
+    secret = Document("zorblax.md", "# Zorblax\n\nZorblax zorblax zorblax: the zorblax plan is confidential.",
+                      meta=(("label", "restricted"),))
+    settings = override(preset("default"), embedder="hash")
+    without = Engine.from_documents(public, settings)
+    with_secret = Engine.from_documents(public + [secret], settings)
+    with_secret.labels[-len(with_secret.index.chunks) + len(without.index.chunks):] = "restricted"
+    assert set(with_secret.labels) == {"public", "restricted"}
+    a = without.ask(question, labels=["public"]).text
+    b = with_secret.ask(question, labels=["public"]).text
+    assert a == b

@@ -4,8 +4,8 @@ from __future__ import annotations
 
 import numpy as np
 import pytest
-from conftest import needs_models
 
+from conftest import needs_models
 from microrag_engine.config import preset
 from microrag_engine.engine import Engine, demo_corpus
 from microrag_engine.generate import Relevance, extractive_answer, judge, relevance, units_of

@@ -363,3 +363,14 @@ def test_markdown_text_never_fails_and_keeps_code_fences(md):
     assert isinstance(text, str)
     assert text.count("```") == sum(1 for line in md.split("\n") if line.lstrip(" ").startswith("```")
                                     and len(line) - len(line.lstrip(" ")) <= 3)
+
+
+def test_paragraphs_inside_items_and_cells_stay_on_their_line():
+    from microrag_engine.load import html_text
+
+    text = html_text("<ul><li><p>Install it.</p><p>Then run it.</p></li><li><p>Second</p><ul><li>nested</li></ul></li></ul>"
+                     "<table><tr><td><div class='title'>Note</div></td><td><p>Be careful.</p></td></tr></table>"
+                     "<p>After.</p><div id='footer'>Last updated 2024</div>")
+    assert "- Install it. Then run it.\n- Second\n- nested" in text
+    assert "Note | Be careful." in text and "Last updated" not in text
+    assert "\n-\n" not in text + "\n" and not any(line.strip() in ("-", "|") for line in text.splitlines())

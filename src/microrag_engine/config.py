@@ -57,6 +57,8 @@ class Settings:
     min_em: float = 0.38  # gate floor on the raw embedding cosine (measured: benchmarks/results/gate.md)
     min_kwcov: float = 0.46  # gate floor on BM25 coverage of the query (gate="either")
     max_per_source: int = 2  # diversity cap; 0 = off
+    w_long_doc: float = 0.08  # length prior: a document of n > long_doc_chunks chunks loses w * ln(n / long_doc_chunks)
+    long_doc_chunks: int = 20  # (measured on the QA dev sets: benchmarks/results/qa.md; 0 weight = off)
     ann_threshold: int = 50_000  # at this many chunks, use a faiss HNSW first pass (if installed)
     first_pass: int = 100  # per-leg candidates for ANN / database first passes
     # ingest-time DLP: redact secrets/PII before indexing, label the document restricted, or off
@@ -69,9 +71,9 @@ class Settings:
     rerank_model: str = ""  # a cross-encoder folder with a 'relevant' label (none ships: training/RERANKER.md)
     w_rerank: float = 0.5  # blend of the reranker's score with the fused score
     # step 5 - extractive answers: answerability (calibrated on the QA dev sets: benchmarks/results/qa.md)
-    answer_min_support: float = 0.0  # refuse when no unit's support (keyword share + cosine) / 2 reaches this
-    answer_max_missing: float = 1.0  # ...or when more of the query's term weight than this is absent from
-    answer_rescue_sem: float = 0.0  # every retrieved chunk and no unit's cosine reaches answer_rescue_sem
+    answer_min_support: float = 0.35  # refuse when no passage's support (keyword share + cosine) / 2 reaches this
+    answer_max_missing: float = 0.4  # ...or when more of the query's term weight than this is absent from
+    answer_rescue_sem: float = 0.6  # every retrieved chunk and no passage's cosine reaches answer_rescue_sem
     # step 6 - verify answers (NLI): "shipped", "llm", or a model folder
     nli: str = "shipped"
     verify_policy: str = "flag"  # flag | drop | refuse unsupported sentences
@@ -113,6 +115,8 @@ class Settings:
                               "(its training data is non-commercial); build one with training/ (training/RERANKER.md)")
         if self.rerank_depth < 1:
             raise ConfigError(f"rerank_depth must be at least 1, got {self.rerank_depth}")
+        if self.w_long_doc < 0 or self.long_doc_chunks < 1:
+            raise ConfigError(f"w_long_doc must be >= 0 and long_doc_chunks >= 1, got {self.w_long_doc}, {self.long_doc_chunks}")
         if self.max_per_source < 0:
             raise ConfigError(f"max_per_source must be >= 0 (0 turns the cap off), got {self.max_per_source}")
         return self
@@ -133,6 +137,10 @@ PRESETS: dict[str, Settings] = {
         dlp="off",  # the seed indexes text as it is, to reproduce its numbers
         min_kw=0.05,
         safeguards_on_retrieve=False,
+        w_long_doc=0.0,  # the seed ranks by the fused score alone
+        answer_min_support=0.0,  # and quotes what it retrieved
+        answer_max_missing=1.0,
+        answer_rescue_sem=0.0,
     ),
 }
 

@@ -11,8 +11,9 @@ from __future__ import annotations
 
 import logging
 import time
+from collections import Counter
 from collections.abc import Callable, Iterable, Iterator
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from importlib.resources import files
 from pathlib import Path
 
@@ -22,14 +23,15 @@ from .augment import build_messages
 from .chunk import chunk_documents
 from .config import LLMConfig, Settings, override
 from .errors import ConfigError, CorpusError, MicroRAGError
-from .generate import Relevance, extractive_answer, relevance
+from .generate import Relevance, extractive_answer, is_refusal, relevance
 from .index import Index, build_index
 from .index.ann import HNSW, faiss_available
 from .index.embed import make_embedder
-from .index.keyword import BM25Scorer, KeywordScorer, make_keyword
+from .index.keyword import KeywordScorer, make_keyword
 from .ingest import check_compatible
 from .load import load_documents
 from .retrieve import rank_candidates, retrieve
+from .retrieve.cap import long_doc_penalty
 from .runtime.llm import ChatStream
 from .store.base import DocRecord, SearchableStore, Store
 from .tools import FileTool, ToolResult
@@ -83,6 +85,8 @@ class Engine:
         self.generation = generation
         # Keyword scorers fitted on what one clearance may read, by label set (see retrieve()).
         self._scoped: dict[tuple[str, ...], KeywordScorer] = {}
+        # (knobs, length prior per document, the same per chunk of the index): see _doc_prior
+        self._prior: tuple[tuple[float, int], dict[str, float], np.ndarray | None] | None = None
 
     @classmethod
     def from_store(cls, store: Store, settings: Settings, remote: bool | None = None) -> Engine:
@@ -170,11 +174,32 @@ class Engine:
         if self.store is not None:
             qvec = self.index.embedder.embed([query])[0]
             found, ceiling = self.store.search(query, qvec, self._visible_labels(labels), n=settings.first_pass)
+            prior = self._doc_prior(settings)
+            penalty = np.array([prior.get(c.doc, 0.0) for c, _, _ in found]) if prior else None
             return rank_candidates(query, [c for c, _, _ in found], np.array([k for _, k, _ in found]),
-                                   np.array([e for _, _, e in found]), settings, safeguards, ceiling)
+                                   np.array([e for _, _, e in found]), settings, safeguards, ceiling, penalty)
         allowed = self.mask(labels)
-        return retrieve(self.index, query, settings, safeguards=safeguards, allowed=allowed,
-                        scoped=self._scoped_keyword(labels, allowed) if scoped else None)
+        scorer = self._scoped_keyword(labels, allowed) if scoped else None
+        result = retrieve(self.index, query, settings, safeguards=safeguards, allowed=allowed, scoped=scorer,
+                          penalty=self._penalty(settings))
+        keyword = scorer or self.index.keyword
+        return replace(result, weight=keyword.weight) if keyword is not None else result
+
+    def _doc_prior(self, settings: Settings) -> dict[str, float]:
+        """The length prior per document (``retrieve.cap.long_doc_penalty``), computed once per engine."""
+        key = (settings.w_long_doc, settings.long_doc_chunks)
+        if self._prior is None or self._prior[0] != key:
+            sizes = ((d, r.n_chunks) for d, r in self.records.items()) if self.store is not None \
+                else Counter(c.doc for c in self.index.chunks).items()
+            prior = long_doc_penalty(sizes, *key)
+            per_chunk = np.array([prior.get(c.doc, 0.0) for c in self.index.chunks]) if prior else None
+            self._prior = (key, prior, per_chunk)
+        return self._prior[1]
+
+    def _penalty(self, settings: Settings) -> np.ndarray | None:
+        """The length prior per chunk, aligned with ``index.chunks`` (None: no long documents)."""
+        self._doc_prior(settings)
+        return self._prior[2] if self._prior else None
 
     def _scoped_keyword(self, labels: Iterable[str] | None, allowed: np.ndarray | None):
         """A keyword scorer fitted on the visible chunks only, or None when all are visible.
@@ -250,7 +275,7 @@ class Engine:
 
         if llm is None or retrieval.refused:
             s = self.settings
-            text = extractive_answer(query, retrieval, self.index.embedder, self.term_weight(), s.answer_min_support,
+            text = extractive_answer(query, retrieval, self.index.embedder, retrieval.weight, s.answer_min_support,
                                      s.answer_max_missing, s.answer_rescue_sem)
             if on_piece:
                 on_piece(text)
@@ -260,7 +285,7 @@ class Engine:
             ans = Answer("".join(_tee(stream, on_piece)), "llm", retrieval, truncated=stream.truncated)
             if stream.truncated and over():
                 ans.flags.append("budget: the answer was cut at the request's time budget")
-        if verify and not retrieval.refused:
+        if verify and not retrieval.refused and not (ans.mode == "extractive" and is_refusal(ans.text)):
             if over():
                 ans.flags.append("verify: skipped, the request budget is spent")
             else:
@@ -283,14 +308,10 @@ class Engine:
         """Step 6: every sentence of ``answer`` against the retrieved chunks (settings' backend and policy),
         and whether the supported ones answer the retrieval's question."""
         def relevance_of(question: str, texts: list[str], sources: list[str]) -> Relevance:
-            return relevance(question, texts, sources, self.index.embedder, self.term_weight())
+            return relevance(question, texts, sources, self.index.embedder, retrieval.weight)
 
         return verify_with(self.settings, answer, [(h.chunk.id, h.chunk.text) for h in retrieval.hits],
                            question=retrieval.query, relevance_of=relevance_of)
-
-    def term_weight(self) -> Callable[[str], float] | None:
-        """The keyword leg's IDF, for the answerer's term weights (None: uniform)."""
-        return self.index.keyword.idf if isinstance(self.index.keyword, BM25Scorer) else None
 
 
 def _maybe_ann(vectors: np.ndarray, settings: Settings, cache: Path | None = None):

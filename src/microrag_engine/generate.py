@@ -38,14 +38,18 @@ from .types import NOT_IN_DOCUMENTS, Retrieval
 
 log = logging.getLogger("microrag")
 
-# Units embedded per answer: the best by keyword and chunk rank. Embedding is most of
-# the answer step's time (MiniLM, ~25 tokens a unit); 24 units keep it near 50 ms.
-MAX_EMBED = 24
-MAX_PIECES = 3  # passages per answer
+# Candidate passages embedded per answer: the best by keyword share and chunk rank.
+# Embedding is most of the answer step's time; measured on the QA dev sets (python
+# benchmarks/qa_report.py), 12 keeps the step near 100-130 ms on 2 cores, 8 lost 2
+# points of fact recall, 16-32 gained nothing.
+MAX_EMBED = 12
+MAX_PIECES = 4  # passages per answer
+RANK_PRIOR = 0.05  # a passage from the top-ranked chunk gets this much, from the k-th chunk 1/k of it
 PIECE_CHARS = 700  # a passage's prose stops growing here (code blocks are kept whole up to CODE_CHARS)
 CODE_CHARS = 1200
+LABEL_CHARS = 200  # a label line (signature, term) is at most this long
 PARA_CHARS = 400  # the anchor's paragraph is read on up to here: the sentences after it qualify it
-NEARLY = 0.8  # another passage must score at least this share of the best one...
+NEARLY = 0.7  # another passage must score at least this share of the best one...
 TIED = 0.93  # ...and cover a query term the others do not, unless it is this close to the best
 
 # A unit that starts by pointing back needs the sentence before it to be read.
@@ -59,10 +63,13 @@ _HAS_NUMBER = re.compile(r"\d")
 
 
 def _looks_identifier(word: str) -> bool:
-    """A code or a name with digits, dots or underscores inside ("E-4012"'s 4012, "lru_cache",
-    "os.path"): what the user is really asking about, so it weighs triple."""
+    """A code or a name with digits, underscores or dotted parts ("E-4012"'s 4012, "lru_cache",
+    "os.path", not "e.g."): what the user is really asking about, so it weighs triple."""
     inner = word.strip("._")
-    return any(c.isdigit() for c in inner) or "_" in inner or "." in inner
+    if any(c.isdigit() for c in inner) or "_" in inner:
+        return True
+    parts = inner.split(".")  # "os.path" yes, "e.g" no
+    return len(parts) > 1 and all(len(p) >= 2 for p in parts)
 _HOW = re.compile(r"^\s*(?:how|what(?:'s| is) the (?:best |right )?way|show|example|can i|is there a way)\b", re.I)
 
 
@@ -99,7 +106,9 @@ def units_of(retrieval: Retrieval) -> list[Unit]:
         for pos, (s, e) in enumerate(sentence_spans(h.chunk.text)):
             text = h.chunk.text[s:e].strip()
             kind = _kind(text)
-            para += "\n" in h.chunk.text[prev_end:s] or kind != "sentence"
+            # A new paragraph after a blank line (hard-wrapped lines are one paragraph); items,
+            # rows, code and headings are each their own.
+            para += "\n\n" in h.chunk.text[prev_end:s].replace(" ", "").replace("\t", "") or kind != "sentence"
             prev_end = e
             if kind == "heading":
                 heading = text.lstrip("#").strip()
@@ -110,7 +119,8 @@ def units_of(retrieval: Retrieval) -> list[Unit]:
 # Words that frame a question rather than name its topic: never "missing", never credit.
 _FRAMING_WORDS = """many much long often get gets got mean means meaning way ways need needs use uses using used want
 wants tell know explain difference differ happen happens work works possible anyone someone thing things something
-kind sort best right correct proper good default purpose reason instead"""
+kind sort best right correct proper good default purpose reason instead several once multiple various certain
+every lot lots automatically actually really simply also still even always never ever usually sometimes like"""
 
 
 @lru_cache(maxsize=1)
@@ -139,7 +149,8 @@ def relevance(query: str, texts: Sequence[str], sources: Sequence[str], embedder
     identifier-looking words triple; a term only in ``contexts[i]`` counts half) and
     cosine (for the indices in ``embed``, default all). ``missing`` is measured against
     ``sources``: what the query asks about that none of them mentions."""
-    q_terms = [t for t in dict.fromkeys(bm25_tokens(query)) if t not in framing()]
+    # Single letters are what contractions leave behind ("I'm" -> "m"), not topics.
+    q_terms = [t for t in dict.fromkeys(bm25_tokens(query)) if t not in framing() and (len(t) > 1 or t.isdigit())]
     exact = {t for word in re.findall(r"[\w.]+", query) if _looks_identifier(word) for t in bm25_tokens(word)}
     w = np.array([(weight(t) if weight else 1.0) * (3.0 if t in exact else 1.0) for t in q_terms]) if q_terms else np.zeros(0)
     w_sum = float(w.sum()) or 1.0
@@ -165,31 +176,48 @@ def relevance(query: str, texts: Sequence[str], sources: Sequence[str], embedder
 
 @dataclass(frozen=True)
 class Scores:
-    """Per-unit relevance and the ranking score built on it (arrays align with ``units``)."""
+    """Candidate passages - each answerable unit widened by ``_expand`` - and their scores."""
 
     units: list[Unit]
-    rel: Relevance
-    total: np.ndarray  # -1 for headings: they label passages, they do not answer
+    spans: list[list[int]]  # unit indices of each candidate passage, in reading order
+    rel: Relevance  # per passage
+    total: np.ndarray  # per passage: support plus small priors (chunk rank, a figure when one is asked for)
 
 
 def score_units(query: str, retrieval: Retrieval, embedder: Embedder | None = None,
                 weight: Callable[[str], float] | None = None) -> Scores:
-    """Score every unit of the retrieved chunks against ``query`` (see the module doc)."""
+    """Score every candidate passage of the retrieved chunks against ``query``.
+
+    A passage is scored whole, not by its anchor unit alone: a signature is judged with
+    the description it introduces, a lead-in with its list or code.
+    """
     units = units_of(retrieval)
-    texts = [u.text for u in units]
+    bounds: dict[int, tuple[int, int]] = {}  # a hit's units are contiguous: [first, last + 1)
+    for j, u in enumerate(units):
+        bounds[u.hit] = (bounds.get(u.hit, (j, j))[0], j + 1)
+    spans: list[list[int]] = []
+    seen: set[tuple[int, ...]] = set()
+    for j, u in enumerate(units):
+        if u.kind == "heading":
+            continue
+        span = _expand(units, j, query, bounds[u.hit])
+        if tuple(span) not in seen:
+            seen.add(tuple(span))
+            spans.append(span)
+    texts = [_join([units[k] for k in span]) for span in spans]
     sources = [h.chunk.text + "\n" + h.chunk.doc for h in retrieval.hits]
-    kw = relevance(query, texts, sources, None, weight, [u.context for u in units])
-    # Embed the units most likely to matter: keyword share plus a little for the chunk's rank.
-    answerable = [j for j, u in enumerate(units) if u.kind != "heading"]
-    prior = np.array([kw.lex[j] + 0.2 / (1 + units[j].hit) for j in answerable])
-    chosen = [answerable[k] for k in np.argsort(-prior, kind="stable")[:MAX_EMBED]]
-    sem = relevance(query, texts, (), embedder, embed=chosen).sem if embedder is not None else np.zeros(len(units))
+    kw = relevance(query, texts, sources, None, weight, [units[span[0]].context for span in spans])
+    # Embed the passages most likely to matter: keyword share plus a little for the chunk's rank.
+    prior = np.array([kw.lex[i] + 0.2 / (1 + units[span[0]].hit) for i, span in enumerate(spans)])
+    chosen = [int(i) for i in np.argsort(-prior, kind="stable")[:MAX_EMBED]]
+    # Embedded with its heading and page name: "Remove any common leading whitespace" alone is about nothing.
+    shown = [f"{units[span[0]].context.strip()}: {t}" for span, t in zip(spans, texts)]
+    sem = relevance(query, shown, (), embedder, embed=chosen).sem if embedder is not None else np.zeros(len(spans))
     rel = Relevance(kw.lex, sem, kw.missing, kw.missing_share)
-    total = rel.support + 0.05 * np.array([1.0 / (1 + u.hit) for u in units])
+    total = rel.support + RANK_PRIOR * np.array([1.0 / (1 + units[span[0]].hit) for span in spans])
     if _WANTS_NUMBER.search(query):
-        total += 0.05 * np.array([bool(_HAS_NUMBER.search(u.text)) for u in units])
-    total[[j for j, u in enumerate(units) if u.kind == "heading"]] = -1.0
-    return Scores(units, rel, total)
+        total += 0.05 * np.array([bool(_HAS_NUMBER.search(t)) for t in texts])
+    return Scores(units, spans, rel, total)
 
 
 @dataclass(frozen=True)
@@ -212,22 +240,34 @@ def judge(rel: Relevance, min_support: float, max_missing: float, rescue_sem: fl
     if not usable.any():
         return Answerability(False, "no passage in the documents answers it")
     if rel.missing_share > max_missing and float(rel.sem[usable].max()) < rescue_sem:
-        return Answerability(False, "the documents do not mention " + ", ".join(f"'{m}'" for m in rel.missing[:6]))
+        return Answerability(False, "none of the passages found mentions " + ", ".join(f"'{m}'" for m in rel.missing[:6]))
     if float(rel.support[usable].max()) < min_support:
         return Answerability(False, "no passage in the documents answers it")
     return Answerability(True)
 
 
-def _expand(units: list[Unit], j: int, query: str) -> list[int]:
-    """The unit ``j`` and the neighbours it needs to be read on its own."""
-    same = [k for k, u in enumerate(units) if u.hit == units[j].hit]
-    at = same.index(j)
+def _is_label(units: list[Unit], k: int) -> bool:
+    """A short line that is a paragraph of its own and ends without a full stop: a
+    definition term, an API signature ("shutil.copytree(src, dst)"), a field name.
+    It names what the paragraph after it describes."""
+    u = units[k]
+    alone = all(units[i].para != u.para or i == k for i in (k - 1, k + 1) if 0 <= i < len(units) and units[i].hit == u.hit)
+    return u.kind == "sentence" and alone and len(u.text) <= LABEL_CHARS and u.text.rstrip()[-1:] not in ".!?:;"
+
+
+def _expand(units: list[Unit], j: int, query: str, bounds: tuple[int, int]) -> list[int]:
+    """The unit ``j`` and the neighbours it needs to be read on its own; ``bounds`` are
+    its chunk's units. Looks only at neighbours, so all candidates cost linear time."""
+    same = range(*bounds)
+    at = j - bounds[0]
     picked = [j]
     if at > 0:
         prev = units[same[at - 1]]
-        # What an "It"/"This" points back to; or the sentence that opens the anchor's paragraph.
+        # What an "It"/"This" points back to; the sentence that opens the anchor's paragraph;
+        # the label (signature, term) the anchor's paragraph describes.
         opens = prev.kind == "sentence" and prev.para == units[j].para and len(prev.text) + len(units[j].text) <= PARA_CHARS
-        if (_REFERS_BACK.match(units[j].text) and prev.kind not in ("heading", "code")) or opens:
+        labelled = prev.para != units[j].para and _is_label(units, same[at - 1])
+        if (_REFERS_BACK.match(units[j].text) and prev.kind not in ("heading", "code")) or opens or labelled:
             picked.insert(0, same[at - 1])
     chars = sum(len(units[k].text) for k in picked)
     how = bool(_HOW.match(query))
@@ -236,7 +276,8 @@ def _expand(units: list[Unit], j: int, query: str) -> list[int]:
         leads_in = tail.text.rstrip().endswith(":")
         in_list = nxt.kind in ("item", "row") and tail.kind in ("item", "row") and len(picked) > 1
         shows_code = nxt.kind == "code" and (leads_in or how)
-        reads_on = nxt.kind == "sentence" and nxt.para == tail.para and chars + len(nxt.text) <= PARA_CHARS
+        reads_on = nxt.kind == "sentence" and chars + len(nxt.text) <= PARA_CHARS and (
+            nxt.para == tail.para or (picked == [j] and _is_label(units, j)))  # a label is read with what it names
         if nxt.kind == "heading" or not (leads_in or in_list or shows_code or reads_on):
             break
         limit = CODE_CHARS if nxt.kind == "code" else PIECE_CHARS
@@ -249,10 +290,15 @@ def _expand(units: list[Unit], j: int, query: str) -> list[int]:
 
 def _join(units: list[Unit]) -> str:
     out = ""
-    for u in units:
-        sep = "" if not out else "\n" if u.kind in ("item", "row", "code") or out.endswith("```") else " "
-        out += sep + u.text
+    for prev, u in zip([None, *units], units):
+        new_line = prev is not None and (u.para != prev.para or u.kind in ("item", "row", "code") or prev.kind == "code")
+        out += ("\n" if new_line else " " if prev is not None else "") + u.text
     return out
+
+
+def is_refusal(answer: str) -> bool:
+    """Whether ``answer`` is a whole-answer refusal (the gate's or the answerer's)."""
+    return answer.lstrip().startswith(NOT_IN_DOCUMENTS)
 
 
 def extractive_answer(query: str, retrieval: Retrieval, embedder: Embedder | None = None,
@@ -263,30 +309,28 @@ def extractive_answer(query: str, retrieval: Retrieval, embedder: Embedder | Non
     if retrieval.refused or not retrieval.hits:
         return f"{NOT_IN_DOCUMENTS}{f' ({retrieval.reason})' if retrieval.reason else ''}"
     scores = score_units(query, retrieval, embedder, weight)
-    verdict = judge(scores.rel, min_support, max_missing, rescue_sem, scores.total > -1)
+    verdict = judge(scores.rel, min_support, max_missing, rescue_sem)
     if not verdict.answerable:
         return f"{NOT_IN_DOCUMENTS} ({verdict.reason})"
-    units, total = scores.units, scores.total
-    order = [int(j) for j in np.argsort(-total, kind="stable") if total[j] > -1]
+    units, spans, total = scores.units, scores.spans, scores.total
+    order = [int(i) for i in np.argsort(-total, kind="stable")]
     best = total[order[0]]
     q_terms = set(bm25_tokens(query))
     covered: set[str] = set()
     used: set[int] = set()
     pieces: list[tuple[list[int], str]] = []
-    for j in order:
-        if len(pieces) == MAX_PIECES or total[j] < NEARLY * best:
+    for i in order:
+        if len(pieces) == MAX_PIECES or total[i] < NEARLY * best:
             break
-        if j in used:
-            continue
-        adds = (q_terms & set(bm25_tokens(units[j].text))) - covered
-        if pieces and not adds and total[j] < TIED * best:
-            continue  # says nothing the passages so far did not (and is not a near-tie for the best)
-        span = _expand(units, j, query)
+        span = spans[i]
         if used & set(span):
             continue
+        adds = (q_terms & set(bm25_tokens(" ".join(units[k].text for k in span)))) - covered
+        if pieces and not adds and total[i] < TIED * best:
+            continue  # says nothing the passages so far did not (and is not a near-tie for the best)
         used |= set(span)
-        covered |= q_terms & set(bm25_tokens(" ".join(units[k].text for k in span)))
-        pieces.append((span, citation(retrieval.hits[units[j].hit])))
+        covered |= adds
+        pieces.append((span, citation(retrieval.hits[units[span[0]].hit])))
     # Passages in reading order: retrieval rank, then position within the chunk.
     pieces.sort(key=lambda p: (units[p[0][0]].hit, units[p[0][0]].pos))
     return "\n\n".join(_join([units[k] for k in span]) + ("\n" if units[span[-1]].kind == "code" else " ") + cite

@@ -322,8 +322,8 @@ figure footer form h1 h2 h3 h4 h5 h6 header hr legend main nav ol p section summ
 thead ul""".split())
 _HEADINGS = {"h1": "# ", "h2": "## ", "h3": "### ", "h4": "#### ", "h5": "##### ", "h6": "###### "}
 # Page chrome: navigation, search boxes, footers, Sphinx/MkDocs sidebars and permalink marks.
-_CHROME = ("nav", "footer", "[role=navigation]", "[role=search]", "[role=contentinfo]", "[role=banner]",
-           ".sphinxsidebar", ".related", ".headerlink", ".md-sidebar", ".md-header", ".md-footer",
+_CHROME = ("nav", "footer", "#footer", ".footer", "#toc", "[role=navigation]", "[role=search]", "[role=contentinfo]",
+           "[role=banner]", ".sphinxsidebar", ".related", ".headerlink", ".md-sidebar", ".md-header", ".md-footer",
            ".md-source-file", "button", "select")
 
 
@@ -358,12 +358,12 @@ def _render(root) -> str:
     from bs4 import NavigableString, Tag
 
     out: list[str] = []
-    # (node or literal text, closing?, inside a list or table already judged)
-    stack: list[tuple[object, bool, bool]] = [(root, False, False)]
+    # (node or literal text, closing?, inside a list or table already judged, inside one item/cell line)
+    stack: list[tuple[object, bool, bool, bool]] = [(root, False, False, False)]
     while stack:
-        node, closing, in_list = stack.pop()
+        node, closing, in_list, on_line = stack.pop()
         if closing or isinstance(node, str) and not isinstance(node, NavigableString):
-            out.append("\n\n" if closing else str(node))
+            out.append((" " if on_line else "\n\n") if closing else str(node))
             continue
         if isinstance(node, NavigableString):
             if type(node) is NavigableString:  # not a Comment, Doctype or declaration
@@ -378,7 +378,7 @@ def _render(root) -> str:
                 out.append(f"\n\n```\n{code}\n```\n\n")
             continue
         if name == "br":
-            out.append("\n")
+            out.append(" " if on_line else "\n")
             continue
         if name == "code":
             text = re.sub(r"\s+", " ", node.get_text()).strip()
@@ -391,17 +391,18 @@ def _render(root) -> str:
             in_list = True
         if name in ("li", "tr"):  # one line each, the list or table keeps them together
             out.append("\n- " if name == "li" else "\n")
+            on_line = True  # a <p> or <div> inside an item or a cell flows into its line
         elif name in _BLOCKS:
-            out.append("\n\n" + _HEADINGS.get(name, ""))
-            stack.append((node, True, in_list))
-        children: list[tuple[object, bool, bool]] = []
+            out.append(" " if on_line else "\n\n" + _HEADINGS.get(name, ""))
+            stack.append((node, True, in_list, on_line))
+        children: list[tuple[object, bool, bool, bool]] = []
         cells = 0
         for child in node.contents:
             if name == "tr" and isinstance(child, Tag) and child.name in ("td", "th"):
                 cells += 1
                 if cells > 1:
-                    children.append((" | ", False, in_list))  # cells of one row stay on its line
-            children.append((child, False, in_list))
+                    children.append((" | ", False, in_list, on_line))  # cells of one row stay on its line
+            children.append((child, False, in_list, on_line))
         stack.extend(reversed(children))
     return _layout("".join(out))
 
@@ -431,7 +432,7 @@ def _layout(text: str) -> str:
 
 _MD_FENCE = rx.compile(r"^[ \t]{0,3}(?:```|~~~)")
 _MD_DROP_LINE = rx.compile(r"^[ \t]*(?:\{\*.*\*\}|\{%.*%\}|:::[ \t].*|-{2,}8<-{2,}.*|\[[^\]]+\]:[ \t]+\S.*|"
-                           r"\|?[ \t]*:?-+:?[ \t]*(?:\|[ \t]*:?-+:?[ \t]*)*\|?|<!--.*-->)[ \t]*$")
+                           r"\|?[ \t]*:?-+:?[ \t]*\|[ \t|:-]*|[-=*_ \t]{3,}|<!--.*-->)[ \t]*$")
 _MD_ADMONITION = rx.compile(r"^[ \t]*(?:///|!!!|\?\?\?\+?)[ \t]*([A-Za-z]*)[ \t]*(?:\|[ \t]*(.*?)|\"(.*?)\")?[ \t]*$")
 _MD_CODE_SPAN = rx.compile(r"`[^`]*`")
 _MD_INLINE = [
@@ -450,21 +451,21 @@ _MD_INLINE = [
 
 
 def _md_inline(line: str) -> str:
-    import html
-
     out, pos = [], 0
     for m in _MD_CODE_SPAN.finditer(line):  # code spans stay as written
         out.append(_md_prose(line[pos : m.start()]))
         out.append(m.group(0))
         pos = m.end()
     out.append(_md_prose(line[pos:]))
-    return html.unescape("".join(out)) if "&" in line else "".join(out)
+    return "".join(out)
 
 
 def _md_prose(text: str) -> str:
+    import html
+
     for pattern, repl in _MD_INLINE:
         text = pattern.sub(repl, text)
-    return text
+    return html.unescape(text) if "&" in text else text
 
 
 def markdown_text(text: str) -> str:

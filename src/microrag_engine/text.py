@@ -23,6 +23,9 @@ _SENT_END = re.compile(r"(?<=[.!?])[\"')\]]*\s+(?=\S)")
 _BLOCK_START = rx.compile(rf"[ \t]*(?:#{{1,6}}{rx.SPACE}|[-*+]{rx.SPACE}|{rx.DIGIT}+[.)]{rx.SPACE}|\|)")
 
 
+_LIST_MARKER = rx.compile(r"[ \t]*\d{1,3}[.)][ \t]+")
+
+
 _WORDPIECE = re.compile(r"\w+|[^\w\s]")
 
 
@@ -37,12 +40,14 @@ def _blocks(text: str) -> list[tuple[int, int]]:
     start: int | None = None
     pos = prev_end = 0
     code_start: int | None = None
+    opened = ""
     for line in text.splitlines(keepends=True):
         s, e = pos, pos + len(line.rstrip("\r\n"))
         pos += len(line)
-        fence = line.lstrip(" ").startswith(("```", "~~~"))
-        if code_start is not None:  # inside a fenced code block: one block up to the closing fence
-            if fence:
+        stripped = line.lstrip(" \t")
+        fence = stripped[:3] if stripped.startswith(("```", "~~~")) else ""
+        if code_start is not None:  # inside a fenced code block: one block up to a fence of its kind
+            if fence == opened:
                 blocks.append((code_start, e))
                 code_start = None
             continue
@@ -50,7 +55,7 @@ def _blocks(text: str) -> list[tuple[int, int]]:
             if start is not None:
                 blocks.append((start, prev_end))
                 start = None
-            code_start = s
+            code_start, opened = s + len(line) - len(line.lstrip(" \t")), fence
             continue
         if not line.strip():
             if start is not None:
@@ -75,7 +80,7 @@ def _blocks(text: str) -> list[tuple[int, int]]:
 
 def is_code(unit: str) -> bool:
     """Whether a unit from ``sentence_spans`` is a fenced code block."""
-    return unit.startswith(("```", "~~~"))
+    return unit.lstrip(" \t").startswith(("```", "~~~"))
 
 
 def sentence_spans(text: str) -> list[tuple[int, int]]:
@@ -86,7 +91,9 @@ def sentence_spans(text: str) -> list[tuple[int, int]]:
         if is_code(block):  # code is quoted whole, never cut at a "." inside it
             spans.append((bs, be))
             continue
-        cuts = [0] + [m.end() for m in _SENT_END.finditer(block)] + [len(block)]
+        marker = _LIST_MARKER.match(block)  # "1. Install" is one item, not "1." and "Install"
+        skip = marker.end() if marker else 0
+        cuts = [0] + [m.end() for m in _SENT_END.finditer(block) if m.end() > skip] + [len(block)]
         for a, b in zip(cuts, cuts[1:]):
             seg = block[a:b]
             s = bs + a + (len(seg) - len(seg.lstrip()))

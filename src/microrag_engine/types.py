@@ -6,6 +6,7 @@ layer may import them, and they import nothing of ours.
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -64,6 +65,9 @@ class Retrieval:
     best_raw_kw: float = 0.0
     best_raw_em: float = 0.0
     capped: list[str] = field(default_factory=list)  # ids the diversity cap pushed out
+    # The keyword leg's term weight (IDF) over what this caller may read: the answerer weighs
+    # the query's words with it. Never fitted on hidden chunks (a side channel otherwise).
+    weight: Callable[[str], float] | None = field(default=None, compare=False, repr=False)
 
 
 # What an answer says when there is nothing to say - one wording per reason, everywhere.

@@ -177,3 +177,33 @@ def test_hidden_documents_do_not_move_visible_scores(tmp_path):
     a = plain.retrieve(q, safeguards=False, labels=["public"])
     b = stuffed.retrieve(q, safeguards=False, labels=["public"])
     assert [(h.chunk.doc, h.raw_kw) for h in a.hits] == [(h.chunk.doc, h.raw_kw) for h in b.hits]
+
+
+def test_long_doc_penalty_depends_on_each_documents_own_size():
+    from microrag_engine.retrieve.cap import long_doc_penalty
+
+    pen = long_doc_penalty([("short.md", 5), ("ref.md", 20), ("changelog.md", 2000)], 0.08, 20)
+    assert set(pen) == {"changelog.md"} and pen["changelog.md"] == pytest.approx(0.08 * np.log(100))
+    assert long_doc_penalty([("changelog.md", 2000)], 0.0, 20) == {}
+
+
+@pytest.mark.parametrize("weight,first", [(0.0, "CHANGELOG.md"), (0.08, "facilities.md")])
+def test_a_long_documents_chunk_loses_a_tie_to_a_normal_documents(weight, first):
+    """#15: the length prior. The same sentence in a 300-chunk changelog and in a short
+    page: without the prior the tie goes by corpus order (the changelog, read first);
+    with it the short page wins. Its effect on real documents - release notes taking
+    top-4 slots from unrelated questions - is measured in benchmarks/results/qa.md."""
+    from microrag_engine.engine import Engine
+    from microrag_engine.types import Document
+
+    fact = "The parking records are kept by the facilities team."
+    notes = [f"Fixed printer queue number {i}." for i in range(300)] + [fact]
+    docs = [Document("CHANGELOG.md", "", prechunked=tuple(Chunk(f"CHANGELOG.md#{i}", "CHANGELOG.md", i, 0, len(t), t)
+                                                         for i, t in enumerate(notes))),
+            Document("facilities.md", "", prechunked=(Chunk("facilities.md#0", "facilities.md", 0, 0, len(fact), fact),))]
+    settings = override(preset("default"), embedder="hash", w_long_doc=weight)
+    engine = Engine.from_documents(docs, settings)
+    assert sum(c.doc == "CHANGELOG.md" for c in engine.index.chunks) > 20
+    hits = engine.retrieve("who keeps the parking records?").hits
+    assert [h.chunk.text for h in hits[:2]] == [fact, fact]  # the same text: only the prior tells them apart
+    assert hits[0].chunk.doc == first

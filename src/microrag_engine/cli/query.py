@@ -14,6 +14,7 @@ from typing import TextIO
 
 from ..config import LLMConfig
 from ..errors import MicroRAGError
+from ..generate import is_refusal
 from ..types import Hit, Retrieval
 from .options import add_corpus, add_index, add_output, add_preset, add_retrieval, add_verification, diag, engine_for, labels_of
 from .verify import verdict_line
@@ -118,7 +119,7 @@ def cmd_ask(args: argparse.Namespace) -> int:
             print("  " + verdict_line(v))
     if ans.truncated and not args.quiet:
         diag("warning: the LLM stream dropped mid-answer; the answer above is partial")
-    if ans.retrieval.hits:
+    if ans.retrieval.hits and not is_refusal(ans.text):  # a refusal quotes nothing: no sources to list
         print("\nSources:")
         for h in ans.retrieval.hits:
             print(f"  [source: {h.chunk.doc} · chunk {h.chunk.index}] hybrid {h.hybrid:.3f}")

@@ -12,7 +12,8 @@ Out: per question the retrieved pages, the answer, what it contained and how lon
        * fact recall    - share of fact groups present in the answers (answerable);
        * all facts      - share of answers holding every group;
        * refused when unanswerable / false refusals - whole-answer refusals;
-       * answer latency - the answer step alone, after retrieval (p50, p95).
+       * answer latency - the answer step alone, after retrieval (p50, p95), over the
+         questions the gate let through.
 This module only measures; it never changes what the engine does.
 """
 
@@ -32,6 +33,7 @@ from ..engine import Engine
 from ..errors import CorpusError
 from ..generate import Relevance, judge, score_units
 from ..types import NOT_IN_DOCUMENTS
+from ..verify import CITATION as _CITATION
 
 KINDS = ("howto", "identifier", "conceptual", "unanswerable")
 
@@ -114,6 +116,7 @@ class QAResult:
     refused: bool
     found: list[bool] = field(default_factory=list)  # per fact group
     seconds: float = 0.0
+    gate_refused: bool = False  # nothing was retrieved, so there was no answer step to time
 
     def as_dict(self) -> dict:
         return {"id": self.item.id, "kind": self.item.kind, "question": self.item.question, "pages": self.pages,
@@ -135,8 +138,9 @@ def run_qa(engine: Engine, items: list[QAItem], llm: LLMConfig | None = None, to
         answer = engine.answer(item.question, retrieval, llm).text
         seconds = time.perf_counter() - t
         pages = list(dict.fromkeys(h.chunk.doc for h in retrieval.hits))
-        found = [fact_present(answer, group) for group in item.facts]
-        out.append(QAResult(item, pages, answer, is_refusal(answer), found, seconds))
+        claims = _CITATION.sub(" ", answer)  # a fact must be in the words, not in a "[source: page]" tag
+        found = [fact_present(claims, group) for group in item.facts]
+        out.append(QAResult(item, pages, answer, is_refusal(answer), found, seconds, retrieval.refused))
         if progress:
             progress(n + 1, len(items))
     return out
@@ -147,7 +151,8 @@ def summarise(results: list[QAResult]) -> dict:
     ans = [r for r in results if r.item.answerable]
     un = [r for r in results if not r.item.answerable]
     groups = [f for r in ans for f in r.found]
-    ms = np.array([r.seconds * 1000 for r in results]) if results else np.zeros(1)
+    answered = [r.seconds * 1000 for r in results if not r.gate_refused]
+    ms = np.array(answered) if answered else np.zeros(1)
     return {
         "answerable": len(ans), "unanswerable": len(un),
         "hit@4": float(np.mean([r.hit for r in ans])) if ans else 0.0,
@@ -179,13 +184,12 @@ class Signals:
     """What the answerability test reads for one question (for calibration sweeps)."""
 
     gate_refused: bool
-    rel: Relevance | None = None  # the retrieved units' relevance (None when the gate refused)
-    usable: np.ndarray | None = None  # units that may answer (not headings)
+    rel: Relevance | None = None  # the candidate passages' relevance (None when the gate refused)
 
     def refused(self, min_support: float, max_missing: float, rescue_sem: float) -> bool:
         """Whether the gate or the answerer's test (``generate.judge``) refuses at these thresholds."""
-        return self.gate_refused or self.rel is None or not judge(self.rel, min_support, max_missing, rescue_sem,
-                                                                   self.usable).answerable
+        return self.gate_refused or self.rel is None or not judge(self.rel, min_support, max_missing,
+                                                                   rescue_sem).answerable
 
 
 def answer_signals(engine: Engine, items: list[QAItem], top_k: int = 4) -> list[Signals]:
@@ -196,6 +200,6 @@ def answer_signals(engine: Engine, items: list[QAItem], top_k: int = 4) -> list[
         if retrieval.refused or not retrieval.hits:
             out.append(Signals(True))
             continue
-        scores = score_units(item.question, retrieval, engine.index.embedder, engine.term_weight())
-        out.append(Signals(False, scores.rel, scores.total > -1))
+        scores = score_units(item.question, retrieval, engine.index.embedder, retrieval.weight)
+        out.append(Signals(False, scores.rel) if scores.spans else Signals(True))
     return out

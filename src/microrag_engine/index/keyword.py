@@ -35,6 +35,10 @@ class KeywordScorer(Protocol):
 
     def coverage(self, query: str, raw_best: float) -> float: ...
 
+    def weight(self, term: str) -> float:
+        """How much a (tokenised) query term says: its IDF over the chunks this scorer was fitted on."""
+        ...
+
 
 class TfidfScorer:
     """Seed TF-IDF cosine, exactly as the spec writes it."""
@@ -58,6 +62,11 @@ class TfidfScorer:
         self.matrix = csr_matrix((vals, (rows, cols)), shape=(self.n, len(self.vocab)), dtype=np.float64)
         self.norms = np.sqrt(np.asarray(self.matrix.multiply(self.matrix).sum(axis=1)).ravel())
         return self
+
+    def weight(self, term: str) -> float:
+        """The seed's smoothed IDF; an unseen term gets the highest."""
+        i = self.vocab.get(term)
+        return float(self.idf[i]) if i is not None else float(np.log(self.n + 1) + 1)
 
     def ceiling(self, query: str) -> float:
         """0 = unknown: a cosine has no per-term ceiling (the seed's gate reads ``min_kw``)."""
@@ -105,6 +114,9 @@ class BM25Scorer:
     def idf(self, term: str) -> float:
         """Lucene IDF, ``ln(1 + (N - df + 0.5) / (df + 0.5))``; unseen terms get the highest."""
         return lucene_idf(self.df.get(term, 0), self.n)
+
+    def weight(self, term: str) -> float:
+        return self.idf(term)
 
     def ceiling(self, query: str) -> float:
         """The most any chunk could score for ``query``: Lucene's term weight

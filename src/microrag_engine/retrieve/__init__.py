@@ -52,6 +52,7 @@ def retrieve(
     safeguards: bool = True,
     allowed: np.ndarray | None = None,
     scoped=None,
+    penalty: np.ndarray | None = None,
 ) -> Retrieval:
     """Rank ``index`` for ``query``. ``allowed`` is a boolean mask of visible chunks.
 
@@ -60,6 +61,7 @@ def retrieve(
     the gate's coverage, then come only from what the caller may read. Without it
     hidden chunks shape the statistics (a quarantined upload could lower a live
     document's score, and refusals could reveal whether a hidden word exists).
+    ``penalty`` is the length prior per chunk, aligned with ``index.chunks`` (``cap.long_doc_penalty``).
     """
     if not query.strip():
         return Retrieval(query, [], refused=True, reason="the query is empty")
@@ -81,13 +83,14 @@ def retrieve(
         if allowed is not None:
             first = first[allowed[first]]  # belt and braces: the selector already filtered
         return rank_candidates(query, [index.chunks[i] for i in first], kw_all[first], index.vectors[first] @ q,
-                               settings, safeguards, ceiling)
+                               settings, safeguards, ceiling, None if penalty is None else penalty[first])
     if allowed is None:  # no filter: skip copying every chunk and score array
         return rank_candidates(query, index.chunks, index.kw_scores(query), index.em_scores(query), settings,
-                               safeguards, ceiling)
+                               safeguards, ceiling, penalty)
     chunks = [index.chunks[i] for i in cand]
     kw = index.kw_scores(query)[cand] if kw_full is None else kw_full[cand]
-    return rank_candidates(query, chunks, kw, index.em_scores(query)[cand], settings, safeguards, ceiling)
+    return rank_candidates(query, chunks, kw, index.em_scores(query)[cand], settings, safeguards, ceiling,
+                           None if penalty is None else penalty[cand])
 
 
 def keyword_ceiling(index: Index, query: str) -> float:
@@ -107,11 +110,13 @@ def rank_candidates(
     settings: Settings,
     safeguards: bool = True,
     kw_ceiling: float = 0.0,
+    penalty: np.ndarray | None = None,
 ) -> Retrieval:
     """Fuse, gate, cap and cut candidates whose raw leg scores are already known.
 
     The candidates are every visible chunk (embedded index) or the union of each
     leg's first-pass top-N (a database backend); normalisation is over them.
+    ``penalty`` (aligned with ``chunks``) is subtracted from the fused score with safeguards on.
     """
     if not chunks:
         return Retrieval(query, [], refused=safeguards, reason="nothing matched the query" if safeguards else "")
@@ -123,6 +128,13 @@ def rank_candidates(
         hybrid = fuse_rrf(raw_kw, raw_em, w_kw, settings.rrf_k)
     else:
         hybrid = fuse_minmax(raw_kw, raw_em, w_kw)
+    ranking = hybrid
+    if safeguards and penalty is not None and penalty.any():
+        # The length prior: a long document's chunks rank a little lower. Scaled to the fused
+        # scores' spread, so it weighs the same under min-max (0..1) and RRF (~0..0.03);
+        # hits still report the fused score itself.
+        spread = float(hybrid.max() - hybrid.min())
+        ranking = hybrid - penalty * (spread if spread > 0 else 1.0)
     best_kw, best_em = float(raw_kw.max()), float(raw_em.max())
     if safeguards:
         top_kw = [chunks[i].text for i in np.argsort(-raw_kw)[:10] if raw_kw[i] > 0]
@@ -131,11 +143,11 @@ def rank_candidates(
         reason = grounding_gate(sig, settings)
         if reason:
             return Retrieval(query, [], refused=True, reason=reason, best_raw_kw=best_kw, best_raw_em=best_em)
-    order, rr = hybrid, {}
+    order, rr = ranking, {}
     if settings.rerank:
-        top = _ranked(hybrid, settings.rerank_depth)
+        top = _ranked(ranking, settings.rerank_depth)
         p_rel = relevance(load_reranker(settings.rerank_model), query, [chunks[i].text for i in top])
-        order, rr = blend(hybrid, top, p_rel, settings.w_rerank), dict(zip(top, p_rel))
+        order, rr = blend(ranking, top, p_rel, settings.w_rerank), dict(zip(top, p_rel))
     # Deterministic ties: higher score first, then candidate (corpus) order.
     cap = settings.max_per_source if safeguards else 0
     kept, skipped = diversity_cap(_ranked(order, settings.top_k * 8), ChunkDocs(chunks), settings.top_k, cap)

@@ -1,9 +1,11 @@
-"""Step 3, the per-source diversity cap (pure): at most ``max_per_source`` chunks of
-one document in the top-K, so one document cannot crowd out the rest."""
+"""Step 3, the per-source safeguards (pure): at most ``max_per_source`` chunks of one
+document in the top-K, and a length prior so a very long document (a changelog,
+release notes) cannot win unrelated queries by the sheer number of its chunks."""
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+import math
+from collections.abc import Iterable, Sequence
 
 from ..types import Chunk
 
@@ -35,3 +37,17 @@ def diversity_cap(order: list[int], docs: ChunkDocs | Sequence[str], top_k: int,
         per_doc[docs[i]] = per_doc.get(docs[i], 0) + 1
         kept.append(i)
     return kept, skipped
+
+
+def long_doc_penalty(sizes: Iterable[tuple[str, int]], w: float, ref: int) -> dict[str, float]:
+    """``w * ln(chunks / ref)`` for each document longer than ``ref`` chunks, subtracted
+    from its chunks' fused scores.
+
+    Each chunk of a 1,000-chunk changelog is one more ticket in every query's lottery;
+    a cap alone still leaves it half the top-K. The prior depends on the document's own
+    size only (no corpus statistic), so what one caller cannot see never moves it.
+    Measured on the QA dev sets (benchmarks/results/qa.md).
+    """
+    if w <= 0:
+        return {}
+    return {doc: w * math.log(n / ref) for doc, n in sizes if n > ref}

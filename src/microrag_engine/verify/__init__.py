@@ -34,7 +34,7 @@ from .nli import load_nli
 
 # Citation markers: [1], [2, 3], [handbook.md#4], and the prompt's own [source: doc · chunk k].
 _CITE = rf"\[(?:{rx.DIGIT}+(?:{rx.SPACE}*,{rx.SPACE}*{rx.DIGIT}+)*|[^\[\]{rx.SPACES}]+#{rx.DIGIT}+|source:[^\[\]]*)\]"
-_CITATION = rx.compile(rx.SPACE + "*" + _CITE)
+CITATION = rx.compile(rx.SPACE + "*" + _CITE)
 _LEADING_CITATIONS = rx.compile(rf"^(?:{rx.SPACE}*{_CITE})+")
 _ABBREV = re.compile(r"(?:\b(?:e\.g|i\.e|etc|vs|approx|No|Fig|Inc|Ltd|al)\.|\b[A-Z]\.)$")
 _TITLE = re.compile(r"\b(?:Dr|Mr|Mrs|Ms|Prof|St)\.$")
@@ -98,7 +98,8 @@ class Verification:
 
 
 def split_sentences(answer: str) -> list[str]:
-    """Answer sentences: list items are sentences of their own; citations stay attached.
+    """Answer sentences: list items are sentences of their own; a fenced code block is one
+    unit; citations stay attached.
 
     Sentence boundaries come from ``chunk.sentence_spans`` (which keeps "3.5"
     whole), then a cut after a common abbreviation ("e.g.", "Dr.") is undone;
@@ -106,8 +107,18 @@ def split_sentences(answer: str) -> list[str]:
     """
     out: list[str] = []
     pending_break = True
-    for line in answer.splitlines():
-        line = _BULLET.sub("", line).strip()
+    code: list[str] | None = None  # lines of an open fenced code block: one unit, as the answerer quotes it
+    for raw in answer.splitlines():
+        if code is not None:
+            code.append(raw)
+            if raw.strip().startswith(code[0].strip()[:3]):
+                out.append("\n".join(code))
+                code, pending_break = None, True
+            continue
+        if raw.strip().startswith(("```", "~~~")):
+            code = [raw.strip()]
+            continue
+        line = _BULLET.sub("", raw).strip()
         if not line:
             continue
         for s, e in sentence_spans(line):
@@ -127,12 +138,14 @@ def split_sentences(answer: str) -> list[str]:
                 out.append(sent)
             pending_break = False
         pending_break = True  # a new line always starts a new sentence
+    if code is not None:  # an unclosed fence runs to the end
+        out.append("\n".join(code))
     return out
 
 
 def strip_citations(sentence: str) -> str:
     """The claim without its citation markers (they carry no meaning for NLI)."""
-    return _CITATION.sub("", sentence).strip()
+    return CITATION.sub("", sentence).strip()
 
 
 _NUM = re.compile(r"\d+(?:[.,]\d+)*")
