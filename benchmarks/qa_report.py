@@ -36,6 +36,7 @@ ROOT = Path(__file__).resolve().parents[1]
 QA = ROOT / "benchmarks" / "qa"
 RESULTS = ROOT / "benchmarks" / "results"
 EXPECTED = ROOT / "benchmarks" / "expected"
+LLM_ROWS = RESULTS / "qa-llm.json"
 CACHE = Path(os.environ.get("MICRORAG_QA_CACHE", Path.home() / ".cache" / "microrag" / "qa"))
 OOD = ROOT / "training" / "eval-data" / "out-of-domain.txt"
 # The grounding gate (retrieval) and the answerer's test are swept together: with a test
@@ -58,14 +59,19 @@ def pydoc_engine(settings) -> tuple[Engine, str]:
         t = time.time()
         report = ingest_paths(store, [corpus], override(settings, dlp="off"))
         print(f"  {len(report.added)} documents in {time.time() - t:.0f} s", flush=True)
-    return Engine.from_store(store, settings), f"microrag ingest --dlp off --index {where} {corpus}"
+    return Engine.from_store(store, settings), f"microrag ingest --dlp off --index {_home(where)} {_home(corpus)}"
+
+
+def _home(path: str | Path) -> str:
+    """``path`` with the home folder as ``~``: the figures' commands must run on any machine."""
+    return str(path).replace(str(Path.home()), "~", 1)
 
 
 def engines(names: list[str], settings):
     for name in names:
         if name == "python-docs":
             engine, how = pydoc_engine(settings)
-            yield name, engine, f"--index {CACHE / 'pydoc-ix'}", how
+            yield name, engine, f"--index {_home(CACHE / 'pydoc-ix')}", how
         else:
             yield name, Engine.from_paths([demo_corpus()], settings), "", "the bundled demo handbook, in memory"
 
@@ -148,7 +154,8 @@ def main() -> int:
              "`microrag ask` would (gate and cap on, top 4); facts are all-of groups of any-of strings checked in "
              "the answer text; a refusal is the whole answer being the refusal sentence; answer ms is the answer "
              "step alone, after retrieval, on a 2-core machine.", ""]
-    summaries = []
+    summaries: list[tuple[str, dict]] = []
+    llm_rows: list[tuple[str, dict]] = []
     for n in args.sets:
         engine = built[n][0]
         engine.settings = override(base, min_em=chosen["min_em"], min_kwcov=chosen["min_kwcov"],
@@ -167,8 +174,15 @@ def main() -> int:
             llm = LLMConfig.from_env()
             if llm is None:
                 raise SystemExit("--llm needs LLM_BASE_URL")
-            summaries.append((f"{n} (LLM {llm.model})", summarise(run_qa(engine, items[n], llm))))
+            llm_rows.append((f"{n} (LLM {llm.model})", summarise(run_qa(engine, items[n], llm))))
+            summaries.append(llm_rows[-1])
         print(table(summaries[-1:]), flush=True)
+    if args.llm:
+        LLM_ROWS.write_text(json.dumps({"note": "LLM rows of python benchmarks/qa_report.py --llm; the LLM path does "
+                                                "not read the extractive answerer's thresholds, so a run without --llm "
+                                                "keeps these rows", "rows": llm_rows}, indent=1) + "\n")
+    elif LLM_ROWS.exists():  # the model's rows from the last --llm run (retrieval is the same)
+        summaries += [(f"{name}, last --llm run", s) for name, s in json.loads(LLM_ROWS.read_text())["rows"]]
     lines += [table(summaries), "", "Per question: `benchmarks/results/qa-<set>.jsonl`.", "",
               "## Answerability trade-off", "",
               "The extractive answerer refuses when the query's distinctive terms (IDF-weighted share over "

@@ -308,7 +308,8 @@ class Engine:
         """Step 6: every sentence of ``answer`` against the retrieved chunks (settings' backend and policy),
         and whether the supported ones answer the retrieval's question."""
         def relevance_of(question: str, texts: list[str], sources: list[str]) -> Relevance:
-            return relevance(question, texts, sources, self.index.embedder, retrieval.weight)
+            return relevance(question, texts, sources, self.index.embedder, retrieval.weight,
+                             common=self.index.embedder.vocabulary())
 
         return verify_with(self.settings, answer, [(h.chunk.id, h.chunk.text) for h in retrieval.hits],
                            question=retrieval.query, relevance_of=relevance_of)

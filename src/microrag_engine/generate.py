@@ -1,23 +1,25 @@
 """Step 5 - generate, without a model: a query-focused extractive answerer.
 
-In:  the query and the ``Retrieval`` of step 3 (plus the embedder and the keyword
-     leg's term weights, when the engine has them).
+In:  the query and the ``Retrieval`` of step 3 (with the keyword leg's term weights
+     over what the caller may read) and the embedder.
 Out: answer text - the passages of the retrieved chunks that answer the query, each
-     cited - or a refusal that says plainly what the documents do not cover.
+     cited - or a refusal that says plainly what the passages found do not cover.
 
 (The model path of step 5 is ``runtime/llm.py``, fed by step 4's messages.)
 
-How: every unit of the retrieved chunks - sentence, list item, table row, code
-block - is scored against the query on both legs at unit level: the IDF-weighted
-share of the query's terms it holds (a term in its section heading or page name
-counts half: "what does X do" is answered by "It converts...") and its embedding
-cosine to the query. The best unit anchors a passage, widened just enough to read
-on its own: the sentence an "It"/"This" refers to, the list or code a line ending
-in ":" introduces. Other units that score nearly as well add passages (from any
-chunk) when they cover something the first did not. Before any of that,
-answerability: when the query's distinctive terms are nowhere in what was
-retrieved and no unit is close in meaning, or no unit supports an answer at all,
-the answer says so instead of quoting the nearest text.
+How: the retrieved chunks are cut into units - sentence, list item, table row, code
+block (whole) - and every unit becomes a candidate passage, widened just enough to
+read on its own: the sentence an "It"/"This" refers to, the sentence that opens its
+paragraph, the signature or term a description belongs to, the list or code a line
+ending in ":" introduces. Each passage is scored on both legs at passage level: the
+IDF-weighted share of the query's topic words it holds (words only in its heading,
+page name or table header count half; identifiers count triple; question framing
+such as "how many" or "use" counts not at all) and its MiniLM cosine to the query
+(for the 12 most promising). Before quoting, answerability: refuse when the query's
+distinctive words are absent from every retrieved chunk and no passage is close in
+meaning, or when no passage supports an answer at all (thresholds calibrated on the
+QA dev sets: benchmarks/results/qa.md). Then the best passage, and others that score
+nearly as well and add a query word, up to four, each with its citation.
 This module does not retrieve; it answers from what it is given.
 """
 
@@ -101,18 +103,21 @@ def units_of(retrieval: Retrieval) -> list[Unit]:
     """Every unit of every retrieved chunk, in retrieval then reading order."""
     out: list[Unit] = []
     for r, h in enumerate(retrieval.hits):
-        heading, para, prev_end = "", 0, 0
+        heading, header, para, prev_end, prev_kind = "", "", 0, 0, ""
         page = re.sub(r"[/_.#-]+", " ", h.chunk.doc.rsplit(".", 1)[0])
         for pos, (s, e) in enumerate(sentence_spans(h.chunk.text)):
             text = h.chunk.text[s:e].strip()
             kind = _kind(text)
+            # A table's first row names its columns: every later row is about them ("Port").
+            header = (text if prev_kind != "row" else header) if kind == "row" else ""
+            prev_kind = kind
             # A new paragraph after a blank line (hard-wrapped lines are one paragraph); items,
             # rows, code and headings are each their own.
             para += "\n\n" in h.chunk.text[prev_end:s].replace(" ", "").replace("\t", "") or kind != "sentence"
             prev_end = e
             if kind == "heading":
                 heading = text.lstrip("#").strip()
-            out.append(Unit(r, pos, para, text, kind, f"{heading} {page}"))
+            out.append(Unit(r, pos, para, text, kind, f"{heading} {page}" + (f" {header}" if header != text else "")))
     return out
 
 
@@ -144,11 +149,14 @@ class Relevance:
 
 def relevance(query: str, texts: Sequence[str], sources: Sequence[str], embedder: Embedder | None = None,
               weight: Callable[[str], float] | None = None, contexts: Sequence[str] | None = None,
-              embed: Sequence[int] | None = None) -> Relevance:
+              embed: Sequence[int] | None = None, common: frozenset[str] = frozenset()) -> Relevance:
     """Score ``texts`` against ``query``: keyword share (``weight`` = the index's IDF;
     identifier-looking words triple; a term only in ``contexts[i]`` counts half) and
     cosine (for the indices in ``embed``, default all). ``missing`` is measured against
-    ``sources``: what the query asks about that none of them mentions."""
+    ``sources``: what the query asks about that none of them mentions. A plain word in
+    ``common`` (general English, from the embedder's vocabulary: "lose", "July") that the
+    sources lack is more likely a paraphrase than a name, so it is not counted missing;
+    names, jargon and identifiers ("Heroku", "401k", "batched", "os.walk") are."""
     # Single letters are what contractions leave behind ("I'm" -> "m"), not topics.
     q_terms = [t for t in dict.fromkeys(bm25_tokens(query)) if t not in framing() and (len(t) > 1 or t.isdigit())]
     exact = {t for word in re.findall(r"[\w.]+", query) if _looks_identifier(word) for t in bm25_tokens(word)}
@@ -161,8 +169,9 @@ def relevance(query: str, texts: Sequence[str], sources: Sequence[str], embedder
     seen: set[str] = set()
     for src in sources:
         seen |= set(bm25_tokens(src))
-    absent = [i for i, t in enumerate(q_terms) if t not in seen]
     words = {t: wd for wd in re.findall(r"\w+", query) for t in bm25_tokens(wd)}
+    absent = [i for i, t in enumerate(q_terms)
+              if t not in seen and not (words.get(t, t).lower() in common and t not in exact)]
     absent.sort(key=lambda i: -w[i])  # the most distinctive first
     missing = tuple(dict.fromkeys(words.get(q_terms[i], q_terms[i]) for i in absent))
     missing_share = float(sum(w[i] for i in absent)) / w_sum if q_terms else 0.0
@@ -206,7 +215,8 @@ def score_units(query: str, retrieval: Retrieval, embedder: Embedder | None = No
             spans.append(span)
     texts = [_join([units[k] for k in span]) for span in spans]
     sources = [h.chunk.text + "\n" + h.chunk.doc for h in retrieval.hits]
-    kw = relevance(query, texts, sources, None, weight, [units[span[0]].context for span in spans])
+    common = embedder.vocabulary() if embedder is not None else frozenset()
+    kw = relevance(query, texts, sources, None, weight, [units[span[0]].context for span in spans], common=common)
     # Embed the passages most likely to matter: keyword share plus a little for the chunk's rank.
     prior = np.array([kw.lex[i] + 0.2 / (1 + units[span[0]].hit) for i, span in enumerate(spans)])
     chosen = [int(i) for i in np.argsort(-prior, kind="stable")[:MAX_EMBED]]
@@ -331,7 +341,8 @@ def extractive_answer(query: str, retrieval: Retrieval, embedder: Embedder | Non
         used |= set(span)
         covered |= adds
         pieces.append((span, citation(retrieval.hits[units[span[0]].hit])))
-    # Passages in reading order: retrieval rank, then position within the chunk.
-    pieces.sort(key=lambda p: (units[p[0][0]].hit, units[p[0][0]].pos))
+    # The chunk of the best passage first; within a chunk, reading order.
+    first_seen = {units[span[0]].hit: n for n, (span, _) in reversed(list(enumerate(pieces)))}
+    pieces.sort(key=lambda p: (first_seen[units[p[0][0]].hit], units[p[0][0]].pos))
     return "\n\n".join(_join([units[k] for k in span]) + ("\n" if units[span[-1]].kind == "code" else " ") + cite
                        for span, cite in pieces)

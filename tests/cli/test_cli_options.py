@@ -22,15 +22,15 @@ def _options(command: list[str]) -> set[str]:
     (["check"], "--top-k"), (["check"], "--fusion"), (["documents"], "--preset"),
     (["ingest"], "--w-kw"), (["ingest"], "--labels"), (["verify"], "--top-k"), (["verify"], "--corpus"),
     (["verify"], "--preset"), (["keys", "add"], "--json"), (["serve"], "--labels"), (["rank"], "--json"),
-    (["eval"], "--index"), (["local-llm"], "--index"), (["compliant-llm"], "--quiet"),
+    (["eval"], "--labels"), (["local-llm"], "--index"), (["compliant-llm"], "--quiet"),
 ])
 def test_a_flag_that_would_do_nothing_is_not_declared(command, foreign):
     assert foreign not in _options(command)
 
 
 def test_verify_declares_only_what_it_uses():
-    assert _options(["verify"]) == {"-h", "--help", "--context", "--answer", "--policy", "--nli", "--min-entail",
-                                    "--json", "-q", "--quiet"}
+    assert _options(["verify"]) == {"-h", "--help", "--context", "--answer", "--question", "--policy", "--nli",
+                                    "--min-entail", "--json", "-q", "--quiet"}
 
 
 def test_an_irrelevant_flag_is_an_error(tmp_path):

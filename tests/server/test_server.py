@@ -87,7 +87,8 @@ def test_query_carries_sentence_verdicts(srv):
     out = ask(srv, "How many vacation days do employees get?")
     v = out["verification"]
     assert v["policy"] == "flag" and v["sentences"] and v["text"] == out["answer"]
-    assert {"sentence", "verdict", "probability", "chunk", "missing"} == set(v["sentences"][0])
+    assert {"sentence", "verdict", "probability", "chunk", "missing", "on_question"} == set(v["sentences"][0])
+    assert v["answers"] is True and v["supported"] is True  # the server verifies against the question
     assert v["sentences"][0]["verdict"] == "entailed" and v["sentences"][0]["chunk"].startswith("leave.md#")
     assert ask(srv, "How many vacation days do employees get?", verify=False)["verification"] is None
     assert ask(srv, "What is the capital of France?")["verification"] is None  # refused: nothing to check

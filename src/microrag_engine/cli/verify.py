@@ -72,7 +72,8 @@ def cmd_verify(args: argparse.Namespace) -> int:
         raise MicroRAGError("--question is empty")
 
     def relevance_of(question: str, texts: list[str], sources: list[str]) -> Relevance:
-        return relevance(question, texts, sources, make_embedder(s.embedder))
+        embedder = make_embedder(s.embedder)
+        return relevance(question, texts, sources, embedder, common=embedder.vocabulary())
 
     result = verify_with(s, answer, [(str(i + 1), c) for i, c in enumerate(chunks)], question=args.question,
                          relevance_of=relevance_of)

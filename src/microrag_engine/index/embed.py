@@ -30,6 +30,11 @@ class Embedder(Protocol):
 
     def count_tokens(self, text: str) -> int: ...
 
+    def vocabulary(self) -> frozenset[str]:
+        """Whole words the model knows as single tokens (general English), lower-cased;
+        empty when it has no vocabulary."""
+        ...
+
 
 class HashEmbedder:
     """Seed 'hashed features': token -> md5 bucket, +1.0 each, L2-normalised."""
@@ -38,6 +43,9 @@ class HashEmbedder:
 
     def __init__(self, dim: int = 128) -> None:
         self.dim = dim
+
+    def vocabulary(self) -> frozenset[str]:
+        return frozenset()
 
     def embed(self, texts: Sequence[str]) -> np.ndarray:
         out = np.zeros((len(texts), self.dim), dtype=np.float64)
@@ -95,12 +103,18 @@ class MiniLMEmbedder:
         self.tokenizer = Tokenizer.from_file(str(tok))
         # tokenizer.json ships fixed 128-token padding and truncation; we batch-pad ourselves.
         self.tokenizer.no_padding()
+        self._vocabulary: frozenset[str] | None = None
         self.tokenizer.enable_truncation(max_length)
         self.counter = Tokenizer.from_file(str(tok))  # untruncated, for chunk budgets
         self.counter.no_truncation()
         self.counter.no_padding()
         self.session = ort_session(onnx)
         self.inputs = {i.name for i in self.session.get_inputs()}
+
+    def vocabulary(self) -> frozenset[str]:
+        if self._vocabulary is None:  # WordPiece: whole words are the entries without "##"
+            self._vocabulary = frozenset(w for w in self.tokenizer.get_vocab() if w.isalpha() and not w.startswith("##"))
+        return self._vocabulary
 
     def count_tokens(self, text: str) -> int:
         return len(self.counter.encode(text).ids)
