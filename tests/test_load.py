@@ -374,3 +374,33 @@ def test_paragraphs_inside_items_and_cells_stay_on_their_line():
     assert "- Install it. Then run it.\n- Second\n- nested" in text
     assert "Note | Be careful." in text and "Last updated" not in text
     assert "\n-\n" not in text + "\n" and not any(line.strip() in ("-", "|") for line in text.splitlines())
+
+
+@hsettings(max_examples=150, deadline=None)
+@given(st.lists(st.sampled_from(["<ul>", "</ul>", "<li>", "</li>", "<p>", "</p>", "<pre>", "</pre>", "<code>", "</code>",
+                                 "<table>", "<tr>", "<td>", "</td>", "</tr>", "<h2>", "</h2>", "<a href=x>", "</a>",
+                                 "<nav>", "</nav>", "<br>", "```", "text. More", "&amp;", "<!-- c -->", "\n", " "]),
+                max_size=60))
+def test_html_render_never_fails_on_tag_soup(parts):
+    from microrag_engine.load import html_text
+
+    text = html_text("".join(parts))
+    assert isinstance(text, str) and "\n\n\n" not in text
+
+
+def test_html_render_time_grows_linearly_with_row_width_and_list_length():
+    """Wide rows and long lists are the page's choice: the render must stay linear (a sibling
+    search per cell was quadratic)."""
+    import time
+
+    from microrag_engine.load import html_text
+
+    def took(n: int) -> float:
+        page = "<table><tr>" + "<td>x</td>" * n + "</tr></table><ul>" + "<li><p>y</p></li>" * n + "</ul>"
+        t = time.perf_counter()
+        html_text(page)
+        return time.perf_counter() - t
+
+    small, big = took(1_000), took(8_000)
+    # Linear is ~8x, quadratic 64x; the ceiling only catches a hang (BeautifulSoup is slow, CI shares cores).
+    assert big < 30.0 and (big < 0.5 or big / max(small, 1e-3) < 24), (small, big)

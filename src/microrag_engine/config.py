@@ -73,7 +73,7 @@ class Settings:
     # step 5 - extractive answers: answerability (calibrated on the QA dev sets: benchmarks/results/qa.md)
     answer_min_support: float = 0.35  # refuse when no passage's support (keyword share + cosine) / 2 reaches this
     answer_max_missing: float = 0.4  # ...or when more of the query's term weight than this is absent from
-    answer_rescue_sem: float = 0.65  # every retrieved chunk and no passage's cosine reaches answer_rescue_sem
+    answer_rescue_sem: float = 0.7  # every retrieved chunk and no passage's cosine reaches answer_rescue_sem
     # step 6 - verify answers (NLI): "shipped", "llm", or a model folder
     nli: str = "shipped"
     verify_policy: str = "flag"  # flag | drop | refuse unsupported sentences
