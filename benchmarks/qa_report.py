@@ -182,12 +182,13 @@ def main() -> int:
                                                 "not read the extractive answerer's thresholds, so a run without --llm "
                                                 "keeps these rows", "rows": llm_rows}, indent=1) + "\n")
     elif LLM_ROWS.exists():  # the model's rows from the last --llm run (retrieval is the same)
-        summaries += [(f"{name}, last --llm run", s) for name, s in json.loads(LLM_ROWS.read_text())["rows"]]
+        summaries += [(f"{name}, last --llm run", s) for name, s in json.loads(LLM_ROWS.read_text())["rows"]
+                      if name.split(" ")[0] in args.sets]
     lines += [table(summaries), "", "Per question: `benchmarks/results/qa-<set>.jsonl`.", "",
               "## Answerability trade-off", "",
               "The extractive answerer refuses when the query's distinctive terms (IDF-weighted share over "
-              "`answer_max_missing`) are absent from every retrieved chunk and no unit's cosine reaches "
-              "`answer_rescue_sem`, or when no unit's support (half keyword share, half cosine) reaches "
+              "`answer_max_missing`) are absent from every retrieved chunk and no passage's cosine reaches "
+              "`answer_rescue_sem`, or when no passage's support (half keyword share, half cosine) reaches "
               "`answer_min_support`. The grounding gate (`min_em`, `min_kwcov`) is swept with it to show what "
               "loosening it would buy; the shipped gate stays as calibrated for off-topic questions "
               "([gate.md](gate.md)), since `retrieve` and `rank` refuse with it alone. Chosen at that gate: the most "

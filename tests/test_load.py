@@ -404,3 +404,13 @@ def test_html_render_time_grows_linearly_with_row_width_and_list_length():
     small, big = took(1_000), took(8_000)
     # Linear is ~8x, quadratic 64x; the ceiling only catches a hang (BeautifulSoup is slow, CI shares cores).
     assert big < 30.0 and (big < 0.5 or big / max(small, 1e-3) < 24), (small, big)
+
+
+def test_markdown_code_inside_admonitions_and_blank_lines_with_spaces():
+    from microrag_engine.load import markdown_text
+
+    text = markdown_text("!!! note\n    ```python\n    def __init__(self, *args, **kw): pass\n    ```\n\n"
+                         "First para one.\n   \nSecond para two.\n\n* * *\n\n~~~\n```\nnot a fence end\n~~~\n")
+    assert "def __init__(self, *args, **kw): pass" in text  # code is never read as emphasis
+    assert "First para one.\n   \nSecond para two." in text  # a blank line of spaces is not a rule
+    assert "* * *" not in text and "```\nnot a fence end\n~~~" in text

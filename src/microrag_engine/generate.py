@@ -42,11 +42,11 @@ log = logging.getLogger("microrag")
 
 # Candidate passages embedded per answer: the best by keyword share and chunk rank.
 # Embedding is most of the answer step's time; measured on the QA dev sets (python
-# benchmarks/qa_report.py), 12 keeps the step near 100-130 ms on 2 cores, 8 lost 2
+# benchmarks/qa_report.py): 12 gives 113-168 ms p50 on 2 cores, 8 met 100 ms but lost 2
 # points of fact recall, 16-32 gained nothing.
 MAX_EMBED = 12
 MAX_PIECES = 4  # passages per answer
-RANK_PRIOR = 0.05  # a passage from the top-ranked chunk gets this much, from the k-th chunk 1/k of it
+RANK_PRIOR = 0.05  # a passage from the top-ranked chunk gets this much, from the k-th 1/k of it (0.15+ lost recall)
 PIECE_CHARS = 700  # a passage's prose stops growing here (code blocks are kept whole up to CODE_CHARS)
 CODE_CHARS = 1200
 LABEL_CHARS = 200  # a label line (signature, term) is at most this long
@@ -133,6 +133,12 @@ def framing() -> frozenset[str]:
     return frozenset(bm25_tokens(_FRAMING_WORDS))
 
 
+def topic_terms(query: str) -> list[str]:
+    """The query's terms that name its topic, in order: no framing words, and no single
+    letters (what contractions leave behind: "I'm" -> "m")."""
+    return [t for t in dict.fromkeys(bm25_tokens(query)) if t not in framing() and (len(t) > 1 or t.isdigit())]
+
+
 @dataclass(frozen=True)
 class Relevance:
     """How far each of some texts addresses a query (arrays align with the texts)."""
@@ -157,8 +163,7 @@ def relevance(query: str, texts: Sequence[str], sources: Sequence[str], embedder
     ``common`` (general English, from the embedder's vocabulary: "lose", "July") that the
     sources lack is more likely a paraphrase than a name, so it is not counted missing;
     names, jargon and identifiers ("Heroku", "401k", "batched", "os.walk") are."""
-    # Single letters are what contractions leave behind ("I'm" -> "m"), not topics.
-    q_terms = [t for t in dict.fromkeys(bm25_tokens(query)) if t not in framing() and (len(t) > 1 or t.isdigit())]
+    q_terms = topic_terms(query)
     exact = {t for word in re.findall(r"[\w.]+", query) if _looks_identifier(word) for t in bm25_tokens(word)}
     w = np.array([(weight(t) if weight else 1.0) * (3.0 if t in exact else 1.0) for t in q_terms]) if q_terms else np.zeros(0)
     w_sum = float(w.sum()) or 1.0
@@ -325,7 +330,7 @@ def extractive_answer(query: str, retrieval: Retrieval, embedder: Embedder | Non
     units, spans, total = scores.units, scores.spans, scores.total
     order = [int(i) for i in np.argsort(-total, kind="stable")]
     best = total[order[0]]
-    q_terms = set(bm25_tokens(query))
+    q_terms = set(topic_terms(query))
     covered: set[str] = set()
     used: set[int] = set()
     pieces: list[tuple[list[int], str]] = []

@@ -430,9 +430,9 @@ def _layout(text: str) -> str:
 # MyST roles) go, code stays verbatim in fences. Headings stay "#" lines and list items
 # "- " lines, because the chunker and the answerer read them as structure.
 
-_MD_FENCE = rx.compile(r"^[ \t]{0,3}(?:```|~~~)")
+_MD_FENCE = rx.compile(r"^[ \t]*(```|~~~)")  # indented too: admonition and list bodies hold code
 _MD_DROP_LINE = rx.compile(r"^[ \t]*(?:\{\*.*\*\}|\{%.*%\}|:::[ \t].*|-{2,}8<-{2,}.*|\[[^\]]+\]:[ \t]+\S.*|"
-                           r"\|?[ \t]*:?-+:?[ \t]*\|[ \t|:-]*|[-=*_ \t]{3,}|<!--.*-->)[ \t]*$")
+                           r"\|?[ \t]*:?-+:?[ \t]*\|[ \t|:-]*|[-=*_](?:[ \t]*[-=*_]){2,}|<!--.*-->)[ \t]*$")
 _MD_ADMONITION = rx.compile(r"^[ \t]*(?:///|!!!|\?\?\?\+?)[ \t]*([A-Za-z]*)[ \t]*(?:\|[ \t]*(.*?)|\"(.*?)\")?[ \t]*$")
 _MD_CODE_SPAN = rx.compile(r"`[^`]*`")
 _MD_INLINE = [
@@ -471,13 +471,14 @@ def _md_prose(text: str) -> str:
 def markdown_text(text: str) -> str:
     """Markdown as a reader sees it; fenced code blocks are kept verbatim."""
     out: list[str] = []
-    in_code = False
+    fence = ""  # the open fence's characters: only a fence of the same kind closes it
     for line in text.split("\n"):
-        if _MD_FENCE.match(line):
-            in_code = not in_code
+        m = _MD_FENCE.match(line)
+        if m and (not fence or m.group(1) == fence):
+            fence = "" if fence else m.group(1)
             out.append(line.strip())
             continue
-        if in_code:
+        if fence:
             out.append(line)
             continue
         if _MD_DROP_LINE.match(line):
