@@ -193,7 +193,7 @@ def main() -> int:
               "loosening it would buy; the shipped gate stays as calibrated for off-topic questions "
               "([gate.md](gate.md)), since `retrieve` and `rank` refuse with it alone. Chosen at that gate: the most "
               f"unanswerable questions refused, a false refusal costing {FALSE_COST:g} missed ones (mean over the "
-              "sets). `off-topic refused`: the 150 out-of-domain questions of gate.md asked of each corpus. "
+              f"sets). `off-topic refused`: the {len(ood)} out-of-domain questions of gate.md asked of each corpus. "
               "Rows: the Pareto front of the grid, and the chosen row.", "",
               "| min_em | min_kwcov | min_support | max_missing | rescue_sem | "
               + " | ".join(f"{n} refused | {n} false | off-topic refused" for n in args.sets) + " |",
