@@ -116,7 +116,7 @@ def _measure(unit: str, tail: str, hang_s: float = HANG_S) -> tuple[str, float, 
 
 def test_the_package_patterns_are_found():
     names = {n for n, _ in PATTERNS}
-    assert "microrag_engine.guard._SPACED" in names and "microrag_engine.guard.SHAPES" in names
+    assert "microrag_engine.guard._SPACED" in names and "microrag_engine.dlp.SHAPES" in names
     assert len(PATTERNS) >= 30
 
 

@@ -63,6 +63,9 @@ class Settings:
     first_pass: int = 100  # per-leg candidates for ANN / database first passes
     # ingest-time DLP: redact secrets/PII before indexing, label the document restricted, or off
     dlp: str = "redact"
+    # Presidio's recognisers on top of ours (extra "pii"): off - ours validate cards, IBANs and
+    # national ids by check digit, and Presidio cost 2.6 GB and 40% of an ingest (#16)
+    dlp_presidio: bool = False
     # whether `retrieve` applies gate + cap (the seed's bare retriever does not)
     safeguards_on_retrieve: bool = True
     # step 3b - cross-encoder rerank of the first ``rerank_depth`` fused candidates

@@ -28,7 +28,7 @@ from .index import Index, build_index
 from .index.ann import HNSW, faiss_available
 from .index.embed import make_embedder
 from .index.keyword import KeywordScorer, make_keyword
-from .ingest import check_compatible
+from .ingest import check_compatible, guarded
 from .load import load_documents
 from .retrieve import rank_candidates, retrieve
 from .retrieve.cap import long_doc_penalty
@@ -142,6 +142,7 @@ class Engine:
     def from_documents(cls, docs: list[Document], settings: Settings, progress: bool = False) -> Engine:
         """Chunk and index ``docs`` with ``settings``."""
         settings.validate()
+        docs = _guarded(docs, settings)
         embedder = make_embedder(settings.embedder)
         chunks = chunk_documents(
             docs, settings.chunker, settings.size, settings.overlap, settings.max_tokens, embedder.count_tokens
@@ -313,6 +314,20 @@ class Engine:
 
         return verify_with(self.settings, answer, [(h.chunk.id, h.chunk.text) for h in retrieval.hits],
                            question=retrieval.query, relevance_of=relevance_of)
+
+
+def _guarded(docs: list[Document], settings: Settings) -> list[Document]:
+    """The documents as ``microrag ingest`` would store them (one DLP policy for every front end)."""
+    out, found = [], 0
+    for doc in docs:
+        kept, restrict, counts = guarded(doc, settings)
+        if restrict:
+            kept = replace(kept, meta=(*kept.meta, ("label", "restricted")))
+        found += bool(counts)
+        out.append(kept)
+    if found:
+        log.warning("DLP (%s) changed %d of %d document(s); 'microrag ingest' names them", settings.dlp, found, len(docs))
+    return out
 
 
 def _maybe_ann(vectors: np.ndarray, settings: Settings, cache: Path | None = None):

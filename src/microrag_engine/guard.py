@@ -19,13 +19,13 @@ import base64
 import binascii
 import codecs
 import logging
-import math
 import unicodedata
 from collections import Counter
 from dataclasses import dataclass
 from functools import lru_cache
 
 from . import rx
+from .dlp import Finding, entropy, find_secrets, merge  # noqa: F401 - entropy, Finding: part of guard's API
 
 log = logging.getLogger("microrag")
 
@@ -124,67 +124,6 @@ def _collapse(m, text: str) -> str:
     return m.group(1) + _SEPARATORS.sub("", m.group(2))
 
 
-# ---------------------------------------------------------------- detectors
-
-
-@dataclass(frozen=True)
-class Finding:
-    """What was found and where (in the canonical text). Never holds the value."""
-
-    kind: str
-    start: int
-    end: int
-    view: str = "plain"  # plain | base64 | hex | rot13
-
-
-# (kind, pattern, group): the finding is the span of that group.
-SHAPES = [
-    ("aws_access_key", rx.compile(r"\b(?:AKIA|ASIA)[0-9A-Z]{16}\b"), 0),
-    ("github_token", rx.compile(r"\bgh[pousr]_[A-Za-z0-9]{30,}\b"), 0),
-    ("slack_token", rx.compile(r"\bxox[abprs]-[A-Za-z0-9-]{10,}\b"), 0),
-    ("stripe_key", rx.compile(r"\b[sr]k_(?:live|test)_[A-Za-z0-9]{16,}\b"), 0),
-    ("api_key", rx.compile(r"\bsk-[A-Za-z0-9_-]{20,}\b"), 0),
-    ("google_api_key", rx.compile(r"\bAIza[0-9A-Za-z_-]{35}\b"), 0),
-    ("jwt", rx.compile(r"\beyJ[A-Za-z0-9_-]{8,}\.eyJ[A-Za-z0-9_-]{8,}\.[A-Za-z0-9_-]{8,}"), 0),
-    ("private_key", rx.compile(r"-----BEGIN [A-Z ]*PRIVATE KEY-----[\s\S]*?(?:-----END [A-Z ]*PRIVATE KEY-----|$)"), 0),
-    ("email", rx.compile(r"\b[A-Za-z0-9._%+-]+@[A-Za-z0-9.-]+\.[A-Za-z]{2,}\b"), 0),
-    # not glued to a word or a "+" on the left, nor to a word on the right
-    # (the boundary after is checked in find_secrets, so two numbers a separator apart both match)
-    ("phone", rx.compile(r"(?:^|[^\pL\pN_+])(\+?\pN{1,3}[\s.-]?\(?\pN{3}\)?[\s.-]?\pN{3}[\s.-]?\pN{4})"), 1),
-]
-_SECRET_WORD = r"(?:password|passwd|passphrase|pwd|pw|secret|token|api[ _-]?key|access[ _-]?key|private[ _-]?key|credentials?)"
-# "password: X", "api_key=X", "the password is X", "pw -> X"
-# Group 1 is the value; one that is already a placeholder is skipped by the caller.
-_CONTEXT = rx.compile(r"(?i)" + _SECRET_WORD + r"[\"'`]?\s*(?:is|was|:|=|->|=>)\s*[\"'`]?([^\s\"'`,;]{6,})")
-# A quoted/backticked token that itself says it is a secret: `EXAMPLE-svc-backup-pw`
-_QUOTED = rx.compile(r"(?i)[`\"']([^\s`\"']*(?:pw|pass|secret|token|key|cred)[^\s`\"']*)[`\"']")
-_TOKEN = rx.compile(r"[A-Za-z0-9+/_=.-]{20,}")
-_HOSTNAME = rx.compile(r"[a-z0-9.-]+\.[a-z]{2,}")
-
-
-def entropy(s: str) -> float:
-    """Shannon entropy in bits per character."""
-    n = len(s)
-    return -sum(c / n * math.log2(c / n) for c in Counter(s).values()) if n else 0.0
-
-
-def _high_entropy(tok: str) -> bool:
-    # Random credentials mix classes and rarely repeat; words, paths and hostnames don't.
-    classes = any(c.islower() for c in tok) + any(c.isupper() for c in tok) + any(c.isdigit() for c in tok)
-    return classes >= 3 and entropy(tok) >= 4.0 and not _HOSTNAME.fullmatch(tok)
-
-
-def find_secrets(text: str, view: str = "plain") -> list[Finding]:
-    """Credential shapes, secret-in-context values, high-entropy tokens, e-mails, phones."""
-    out = [Finding(kind, m.start(g), m.end(g), view) for kind, pattern, g in SHAPES for m in pattern.finditer(text)
-           if g == 0 or m.end(g) == len(text) or not _is_word(text[m.end(g)])]
-    out += [Finding("secret_in_context", m.start(1), m.end(1), view) for p in (_CONTEXT, _QUOTED)
-            for m in p.finditer(text) if not m.group(1).startswith("[REDACTED")]
-    out += [Finding("high_entropy_token", m.start(), m.end(), view) for m in _TOKEN.finditer(text)
-            if _high_entropy(m.group(0))]
-    return _merge(out)
-
-
 # ---------------------------------------------------------------- Presidio (optional, extra "pii")
 
 # Entities that structure alone misses; names and places are left alone on purpose:
@@ -248,19 +187,7 @@ def find_pii(text: str, min_score: float = 0.6) -> list[Finding]:
         results = engine.analyze(text=text[start:end], language="en", entities=PRESIDIO_ENTITIES,
                                  score_threshold=min_score)
         found += [Finding(f"pii_{r.entity_type.lower()}", start + r.start, start + r.end) for r in results]
-    return _merge(found)
-
-
-def _merge(found: list[Finding]) -> list[Finding]:
-    found = sorted(found, key=lambda f: (f.start, -f.end))
-    out: list[Finding] = []
-    for f in found:
-        if out and f.start < out[-1].end:
-            if f.end > out[-1].end:
-                out[-1] = Finding(out[-1].kind, out[-1].start, f.end, out[-1].view)
-            continue
-        out.append(f)
-    return out
+    return merge(found)
 
 
 # ---------------------------------------------------------------- decoded views
@@ -307,33 +234,70 @@ def decoded_views(text: str) -> list[tuple[int, int, str, str]]:
     return views
 
 
+def _views(text: str) -> list[Finding]:
+    """Findings in ``text`` as given and in its decoded (base64, hex) and rot13 views."""
+    found = find_secrets(text)
+    for start, end, view, decoded in decoded_views(text):
+        if find_secrets(canonical(decoded)):
+            found.append(Finding("encoded_secret", start, end, view))
+    # rot13 keeps positions, so its spans map straight back.
+    found += [Finding(f.kind, f.start, f.end, "rot13") for f in find_secrets(codecs.encode(text, "rot13"))
+              if f.kind in ("secret_in_context", "aws_access_key", "github_token", "stripe_key", "api_key")]
+    return merge(found)
+
+
 def scan(text: str, deep: bool = False) -> tuple[str, list[Finding]]:
     """Canonicalise ``text`` and find secrets in it and in its decoded/rot13 views.
 
     Spans refer to the canonical text; an encoded run with a secret inside is
-    reported as a whole. ``deep`` adds Presidio's entities (ingest-time DLP).
+    reported as a whole. ``deep`` adds Presidio's entities (opt-in: ``Settings.dlp_presidio``).
     """
     canon = canonical(text)
-    found = find_secrets(canon) + (find_pii(canon) if deep else [])
-    for start, end, view, decoded in decoded_views(canon):
-        if find_secrets(canonical(decoded)):
-            found.append(Finding("encoded_secret", start, end, view))
-    # rot13 keeps positions, so its spans map straight back.
-    found += [Finding(f.kind, f.start, f.end, "rot13") for f in find_secrets(codecs.encode(canon, "rot13"))
-              if f.kind in ("secret_in_context", "aws_access_key", "github_token", "stripe_key", "api_key")]
-    return canon, _merge(found)
+    return canon, merge(_views(canon) + (find_pii(canon) if deep else []))
+
+
+# "x [at] y", "x at y dot z": an address written to dodge a filter. A plain " at " before a
+# dotted name ("look at os.path") is English, so only these forms make a hidden e-mail.
+_DODGED_AT = rx.compile(r"(?i)[\[\(\{<]\s*(?:at|@)\s*[\]\)\}>]|\sat\s+[\w-]+\s*[\[\(\{<]?\s*dot\b")
+
+
+def _hidden(line: str) -> list[Finding]:
+    """What the canonical form of ``line`` reveals that the line as written does not show."""
+    canon = canonical(line)
+    if canon == line:
+        return []
+    found = [f for f in _views(canon) if f.kind != "email" or _DODGED_AT.search(line)]
+    return found if len(found) > len(_views(line)) else []
 
 
 def redact(text: str, deep: bool = False) -> tuple[str, list[Finding]]:
-    """The canonical text with every finding replaced by ``[REDACTED:<kind>]``."""
-    canon, found = scan(text, deep)
+    """``text`` with every finding replaced by ``[REDACTED:<kind>]``; everything else as written.
+
+    Detection reads the text as written (spans of the returned findings refer to it), then
+    each line's canonical form: a line whose canonical form reveals more (homoglyphs,
+    s p a c i n g, ``[at]``, invisible characters) is replaced by its redacted canonical
+    form - the only way to cut what is hidden in it. Other lines keep their characters:
+    canonicalising a whole document would rewrite "look at os.path" and "x²".
+    """
+    found = merge(_views(text) + (find_pii(text) if deep else []))
     out, last = [], 0
     for f in found:
-        out.append(canon[last : f.start])
+        out.append(text[last : f.start])
         out.append(f"[REDACTED:{f.kind}]")
         last = f.end
-    out.append(canon[last:])
-    return "".join(out), found
+    out.append(text[last:])
+    lines, hidden_found = "".join(out).split("\n"), []
+    for i, line in enumerate(lines):
+        hidden = _hidden(line)
+        if hidden:
+            canon = canonical(line)
+            pieces, last = [], 0
+            for f in hidden:
+                pieces += [canon[last : f.start], f"[REDACTED:{f.kind}]"]
+                last = f.end
+            lines[i] = "".join(pieces) + canon[last:]
+            hidden_found += hidden
+    return "\n".join(lines), found + hidden_found
 
 
 def summary(found: list[Finding]) -> dict[str, int]:

@@ -54,6 +54,11 @@ class IngestReport:
         return (f"{len(self.added)} added, {len(self.changed)} changed, {len(self.unchanged)} unchanged, "
                 f"{len(self.removed)} removed ({self.chunks_written} chunks written{dlp})")
 
+    def dlp_lines(self) -> list[str]:
+        """One line per document DLP changed: its path and the kinds found, never a value."""
+        return [f"DLP {doc}: " + ", ".join(f"{n} {kind}" for kind, n in sorted(kinds.items()))
+                for doc, kinds in sorted(self.findings.items())]
+
 
 def sha256(text: str) -> str:
     return hashlib.sha256(text.encode("utf-8")).hexdigest()
@@ -82,17 +87,23 @@ def check_compatible(meta: dict[str, str], settings: Settings) -> None:
             "(e.g. the same --preset) or ingest into a new --index")
 
 
-def apply_dlp(doc: Document, mode: str) -> tuple[Document, bool, dict[str, int]]:
+def apply_dlp(doc: Document, mode: str, presidio: bool = False) -> tuple[Document, bool, dict[str, int]]:
     """(document to index, whether to label it restricted, finding counts by kind)."""
     if mode == "off":
         return doc, False, {}
     texts = [doc.text] + [c.text for c in doc.prechunked]
-    results = [guard.redact(t, deep=True) for t in texts]
+    results = [guard.redact(t, deep=presidio) for t in texts]
     counts = guard.summary([f for _, found in results for f in found])
     if not counts or mode == "label":
         return doc, bool(counts), counts
     pre = tuple(replace(c, text=r, end=c.start + len(r)) for c, (r, _) in zip(doc.prechunked, results[1:]))
     return replace(doc, text=results[0][0], prechunked=pre), False, counts
+
+
+def guarded(doc: Document, settings: Settings, visible: bool = True) -> tuple[Document, bool, dict[str, int]]:
+    """The one ingest policy every front end applies (CLI, server, library, ``--corpus`` runs):
+    the stored form, then DLP. Returns (document, restrict, finding counts by kind)."""
+    return apply_dlp(store_form(doc) if visible else doc, settings.dlp, settings.dlp_presidio)
 
 
 STORE_FORM = "visible-1"  # bump when store_form changes what is stored
@@ -156,8 +167,7 @@ def ingest_documents(
         if old and old.content_hash == text_hash and old.label == doc_label:
             report.unchanged.append(doc.path)
             continue
-        doc = store_form(doc) if visible else doc
-        doc, restrict, found = apply_dlp(doc, settings.dlp)
+        doc, restrict, found = guarded(doc, settings, visible)
         if found:
             report.findings[doc.path] = found
         if restrict and label is None:

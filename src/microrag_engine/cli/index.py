@@ -68,7 +68,8 @@ def cmd_ingest(args: argparse.Namespace) -> int:
                               prune=args.prune, progress=sys.stderr.isatty() and not args.quiet)
     finally:
         store.close()
-    _print(args, {**report.__dict__, "changes": report.changes}, f"{_location(args)}: {report.summary()}")
+    _print(args, {**report.__dict__, "changes": report.changes},
+           "\n".join([*report.dlp_lines(), f"{_location(args)}: {report.summary()}"]))
     return 0
 
 

@@ -14,7 +14,7 @@ from pydantic import BaseModel, Field
 
 from ... import guard
 from ...errors import MicroRAGError
-from ...ingest import apply_dlp, delete_documents, ingest_documents, store_form
+from ...ingest import delete_documents, guarded, ingest_documents
 from ...load import jsonl_documents, load_documents, parse_upload
 from ...types import Document
 from ..auth import ANONYMOUS, Principal
@@ -118,7 +118,7 @@ def router(ctx: ServerContext) -> APIRouter:
                 # The queue shows what will go live - the stored form, homoglyphs and all - and
                 # its version; approval names that version.
                 version = cfg.store.documents()[doc].content_hash
-                stored = apply_dlp(store_form(docs[0]), cfg.settings.dlp)[0].text
+                stored = guarded(docs[0], cfg.settings, on.visible_store)[0].text
                 preview = stored[:PREVIEW_CHARS] + (f"\n[... {len(stored) - PREVIEW_CHARS} more characters]"
                                                     if len(stored) > PREVIEW_CHARS else "")
                 cfg.state.queue(doc, label, who.name, findings, flags, version, preview)

@@ -1,0 +1,400 @@
+"""Data-loss prevention: credentials and personal data in text, told apart from code.
+
+In:  text (as written, or its canonical form - see ``guard``).
+Out: ``Finding``s: a kind and a span, never the value.
+
+Technical documentation is full of words that *name* secrets - ``secrets.compare_digest``,
+``OAuth2PasswordRequestForm``, ``SECRET_KEY``, ``password: str`` - and of long tokens
+that are not random - URLs, module paths, hashes. A detector that fires on the word or
+on the length destroys the docs it protects (issue #16: 233 false findings in 30 pages).
+So every detector here asks for a *value*:
+
+* a credential shape with a distinctive prefix or structure (``AKIA…``, ``ghp_…``, PEM
+  blocks, ``user:pass@`` in a URL), taken as it is;
+* a number that validates: Luhn for cards, mod-97 for IBANs, each national scheme's
+  check digits (python-stdnum), a few behind a keyword where the shape alone is common;
+* a value in a credential's *context*: after ``password=`` / ``"token": `` / ``the wifi
+  password is``, in a table column headed "Password", or a literal that names itself
+  (``EXAMPLE-svc-backup-pw``) - and only when the value is a literal, not code (a call,
+  an attribute, a type, a variable, a placeholder such as ``<token>`` or ``${DB_PASS}``);
+* a random-looking token (three character classes, high entropy) that does not split
+  into words the way identifiers and paths do.
+
+Every pattern is RE2 (linear time: ``rx``).
+"""
+
+from __future__ import annotations
+
+import math
+from collections import Counter
+from collections.abc import Callable
+from dataclasses import dataclass
+
+from . import rx
+
+
+@dataclass(frozen=True)
+class Finding:
+    """What was found and where. Never holds the value."""
+
+    kind: str
+    start: int
+    end: int
+    view: str = "plain"  # plain | base64 | hex | rot13
+
+
+def _is_word(ch: str) -> bool:
+    """Python's ``\\w`` for one character (RE2 has no lookahead, so boundaries are checked here)."""
+    return ch.isalnum() or ch == "_"
+
+
+# ---------------------------------------------------------------- shapes
+
+# (kind, pattern, group): the finding is the span of that group. Each has a prefix or a
+# structure no ordinary word has, so no context is needed.
+SHAPES = [
+    ("aws_access_key", rx.compile(r"\b(?:AKIA|ASIA|ABIA|ACCA)[0-9A-Z]{16}\b"), 0),
+    ("github_token", rx.compile(r"\b(?:gh[pousr]_[A-Za-z0-9]{30,}|github_pat_[A-Za-z0-9_]{40,})"), 0),
+    ("gitlab_token", rx.compile(r"\bglpat-[A-Za-z0-9_-]{20,}"), 0),
+    ("slack_token", rx.compile(r"\bxox[abposr]-[A-Za-z0-9-]{10,}"), 0),
+    ("slack_webhook", rx.compile(r"https://hooks\.slack\.com/services/[A-Za-z0-9/_-]{20,}"), 0),
+    ("stripe_key", rx.compile(r"\b(?:[sr]k|whsec)_(?:live_|test_)?[A-Za-z0-9]{16,}"), 0),
+    ("api_key", rx.compile(r"\bsk-(?:proj-|ant-|svcacct-)?[A-Za-z0-9_-]{20,}"), 0),  # OpenAI, Anthropic and alike
+    ("google_api_key", rx.compile(r"\bAIza[0-9A-Za-z_-]{35}"), 0),
+    ("huggingface_token", rx.compile(r"\bhf_[A-Za-z0-9]{30,}"), 0),
+    ("npm_token", rx.compile(r"\bnpm_[A-Za-z0-9]{36}\b"), 0),
+    ("pypi_token", rx.compile(r"\bpypi-[A-Za-z0-9_-]{50,}"), 0),
+    ("sendgrid_key", rx.compile(r"\bSG\.[A-Za-z0-9_-]{16,}\.[A-Za-z0-9_-]{16,}"), 0),
+    ("twilio_key", rx.compile(r"\bSK[0-9a-f]{32}\b"), 0),
+    ("jwt", rx.compile(r"\beyJ[A-Za-z0-9_-]{8,}\.eyJ[A-Za-z0-9_-]{8,}\.[A-Za-z0-9_-]{8,}"), 0),
+    ("private_key", rx.compile(r"-----BEGIN [A-Z ]*PRIVATE KEY( BLOCK)?-----[\s\S]*?(?:-----END [A-Z ]*PRIVATE KEY( BLOCK)?-----|$)"), 0),
+    ("azure_key", rx.compile(r"(?i)(?:AccountKey|SharedAccessKey)=([A-Za-z0-9+/]{20,}={0,2})"), 1),
+    ("azure_sas", rx.compile(r"[?&]sig=([A-Za-z0-9%+/]{20,}(?:%3D|=){0,2})"), 1),
+    # user:password@host in any URL scheme (postgres://, mongodb+srv://, redis://:pw@, https://)
+    ("url_credentials", rx.compile(r"\b[a-zA-Z][a-zA-Z0-9+.-]*://[^\s:/@'\"`]*:([^\s@/'\"`]{3,})@[\w.-]"), 1),
+    ("bearer_token", rx.compile(r"(?i)\b(?:bearer|token)\s+([A-Za-z0-9_~+/.-]{16,}={0,2})"), 1),
+    ("basic_auth", rx.compile(r"(?i)\bbasic\s+([A-Za-z0-9+/]{12,}={0,2})"), 1),
+    ("email", rx.compile(r"\b[A-Za-z0-9._%+-]+@([A-Za-z0-9-]+(?:\.[A-Za-z0-9-]+)*\.[A-Za-z]{2,})\b"), 0),
+]
+# Domains reserved for examples (RFC 2606/6761): an address there belongs to nobody.
+_EXAMPLE_DOMAIN = rx.compile(r"(?i)(?:^|\.)(?:example\.(?:com|org|net)|example|test|invalid|localhost)$")
+
+# Phone numbers: "+" and a country code with 8-15 digits in groups, or the North American
+# 3-3-4 with separators. A bare run of digits is an id, a count or a timestamp, not a phone.
+_PHONE = [
+    rx.compile(r"(?:^|[^\pL\pN_+])(\+\pN{1,3}(?:[ .-]?\(?\pN{1,4}\)?){2,5}[ .-]?\pN{2,4})"),
+    rx.compile(r"(?:^|[^\pL\pN_+.-])(\(?\pN{3}\)?[ .-]\pN{3}[ .-]\pN{4})"),
+]
+
+
+def _phones(text: str) -> list[Finding]:
+    out = []
+    for pattern in _PHONE:
+        for m in pattern.finditer(text):
+            end = m.end(1)
+            digits = sum(ch.isdigit() for ch in m.group(1))
+            glued = end < len(text) and (_is_word(text[end]) or (text[end] in "-." and text[end + 1:end + 2].isdigit()))
+            if 10 <= digits <= 15 and not glued:
+                out.append(Finding("phone", m.start(1), end))
+    return out
+
+
+# ---------------------------------------------------------------- numbers that validate
+
+
+def _luhn_card(digits: str) -> bool:
+    from stdnum import luhn
+
+    # brand prefixes (Visa, Mastercard, Amex, Discover, JCB, Diners) and lengths 13-19
+    return (13 <= len(digits) <= 19 and len(set(digits)) > 1 and luhn.is_valid(digits)
+            and rx.compile(r"^(?:4|5[1-5]|2[2-7]|3[47]|6011|65|35|30[0-5]|36|38)").search(digits) is not None)
+
+
+def _stdnum(module: str) -> Callable[[str], bool]:
+    def valid(value: str) -> bool:
+        import importlib
+
+        try:
+            return bool(importlib.import_module(f"stdnum.{module}").is_valid(value))
+        except Exception:  # a validator that chokes on a shape is a "no"
+            return False
+    return valid
+
+
+_CARD = rx.compile(r"(?:^|[^\pN_.-])(\pN(?:[ -]?\pN){12,18})")
+_IBAN = rx.compile(r"\b([A-Z]{2}\pN{2}(?: ?[A-Z0-9]){11,32})")
+_SSN = rx.compile(r"(?:^|[^\pN_.-])(\pN{3}-\pN{2}-\pN{4})")
+# (kind, candidate, validator): the shape is distinctive enough with its check digits
+_IDS = [
+    ("national_id", rx.compile(r"\b([A-CEGHJ-PR-TW-Z][A-CEGHJ-NPR-TW-Z] ?\pN{2} ?\pN{2} ?\pN{2} ?[A-D])\b"), None),  # UK NINO
+    ("national_id", rx.compile(r"\b(\pN{8}-?[A-Z])\b"), _stdnum("es.dni")),
+    ("national_id", rx.compile(r"\b([XYZ]-?\pN{7}-?[A-Z])\b"), _stdnum("es.nie")),
+    ("national_id", rx.compile(r"\b([A-Z]{6}\pN{2}[A-Z]\pN{2}[A-Z]\pN{3}[A-Z])\b"), _stdnum("it.codicefiscale")),
+    ("national_id", rx.compile(r"\b(\pN{6}[-+A]\pN{3}[0-9A-Y])\b"), _stdnum("fi.hetu")),
+    ("national_id", rx.compile(r"\b((?:\pN{2})?\pN{6}[-+]\pN{4})\b"), lambda v: _stdnum("se.personnummer")(v) or _stdnum("dk.cpr")(v)),
+    ("national_id", rx.compile(r"\b(\pN{2}\.\pN{2}\.\pN{2}-\pN{3}\.\pN{2})\b"), _stdnum("be.nn")),
+    ("national_id", rx.compile(r"\b(\pN{3}\.\pN{3}\.\pN{3}-\pN{2})\b"), _stdnum("br.cpf")),
+    ("national_id", rx.compile(r"\b([12] ?\pN{2} ?\pN{2} ?[0-9AB]{2} ?\pN{3} ?\pN{3} ?\pN{2})\b"), _stdnum("fr.nir")),
+]
+_NINO_BAD = frozenset({"BG", "GB", "NK", "KN", "TN", "NT", "ZZ"})
+# Numbers whose shape alone is common (9-12 digits): only after their own name on the line.
+_ID_WORDS = rx.compile(r"(?i)\b(?:ssn|social security|social insurance|sin|bsn|burgerservicenummer|pesel|steuer-?id|"
+                       r"steueridentifikationsnummer|idnr|tax id|aadhaar|nhs|personal id|national id|id number|"
+                       r"identity number|pps)\b")
+_ID_NUMBER = rx.compile(r"(?:^|[^\pN_.-])(\pN[\pN ]{7,14}\pN)")
+_KEYED_IDS = [("us_ssn", _stdnum("us.ssn")), ("national_id", _stdnum("nl.bsn")), ("national_id", _stdnum("pl.pesel")),
+              ("national_id", _stdnum("de.idnr")), ("national_id", _stdnum("ca.sin")), ("national_id", _stdnum("in_.aadhaar")),
+              ("national_id", _stdnum("gb.nhs")), ("national_id", _stdnum("ie.pps"))]
+
+
+def _numbers(text: str) -> list[Finding]:
+    from stdnum import iban
+
+    out = []
+    for m in _CARD.finditer(text):
+        digits = "".join(ch for ch in m.group(1) if ch.isdigit())
+        end = m.end(1)
+        if (end == len(text) or not text[end].isdigit()) and _luhn_card(digits):
+            out.append(Finding("credit_card", m.start(1), end))
+    for m in _IBAN.finditer(text):
+        # the run may have swallowed a following code ("... 00 BIC"): the longest valid prefix wins
+        raw = m.group(1)
+        for cut in range(len(raw), 14, -1):
+            if raw[cut - 1] != " " and iban.is_valid(raw[:cut]):
+                out.append(Finding("iban", m.start(1), m.start(1) + cut))
+                break
+    for m in _SSN.finditer(text):
+        end = m.end(1)
+        if (end == len(text) or not text[end].isdigit()) and _stdnum("us.ssn")(m.group(1)):
+            out.append(Finding("us_ssn", m.start(1), end))
+    for kind, pattern, valid in _IDS:
+        for m in pattern.finditer(text):
+            value = m.group(1)
+            if valid is None and value[:2] in _NINO_BAD:
+                continue
+            if valid is None or valid(value):
+                out.append(Finding(kind, m.start(1), m.end(1)))
+    for line_start, line in _lines(text):
+        if not _ID_WORDS.search(line):
+            continue
+        for m in _ID_NUMBER.finditer(line):
+            keyed = next((k for k, check in _KEYED_IDS if check(m.group(1))), None)
+            if keyed:
+                out.append(Finding(keyed, line_start + m.start(1), line_start + m.end(1)))
+    return out
+
+
+def _lines(text: str) -> list[tuple[int, str]]:
+    out, start = [], 0
+    for line in text.split("\n"):
+        out.append((start, line))
+        start += len(line) + 1
+    return out
+
+
+# ---------------------------------------------------------------- values in a credential's context
+
+# The words that say "a credential follows", as a whole segment of the key: DB_PASSWORD,
+# aws_secret_access_key, apiKey, client-secret, "the wifi password is". ("key" alone is
+# every dict's key: only a qualified one counts.)
+_CRED = r"(?:password|passwd|passphrase|pwd|pass|secret|token|key|credentials?)"
+_CRED_WORDS = frozenset("password passwd passphrase pwd pass secret secrets token credential credentials".split())
+_KEY_QUALIFIERS = frozenset("api access secret private signing account license master encryption client auth".split())
+# key, optional closing quote, operator, value. Group 1: the key; 2: the operator; 3: the value.
+_ASSIGN = rx.compile(
+    r"(?i)\b([a-z0-9_.-]*?" + _CRED + r"[a-z0-9_.-]*)[\"'`]?[ \t]*"
+    r"(=>|->|:=|=|:|[ \t](?:for[ \t][^\n]{1,40}?[ \t])?(?:is|was|are)(?:[ \t]+(?:set[ \t]+to|now|still))?)[ \t]*"
+    r"(\"[^\"\n]*\"|'[^'\n]*'|`[^`\n]*`|[^\s,;)}\]\"'`]+)")
+_SEGMENTS = rx.compile(r"[A-Z]+[a-z]*|[a-z]+|[0-9]+")
+_PLACEHOLDER = rx.compile(r"(?i)^(?:[<{\[$%@&]|.*\$\{|.*\{\{|.*%\(|.*xxx|\*+$|\.+$|•+$|x+$|your[_-]|my[_-]|\[?redacted)")
+_NOT_VALUES = frozenset("""none null nil true false undefined required optional str string bytes int bool any secretstr
+    secretbytes object dict list empty same different changed stored hashed encrypted valid invalid incorrect wrong
+    correct missing unset set needed used sent given shown ignored deprecated supported enabled disabled example
+    placeholder dummy redacted hidden secret password token key value""".split())
+_TYPES = rx.compile(r"^(?:Optional|Annotated|Union|SecretStr|SecretBytes|Literal|List|Dict|Tuple|Sequence|Mapping)\b")
+_IDENT = rx.compile(r"^[A-Za-z_][A-Za-z0-9_]*$")
+_DOTTED = rx.compile(r"^[A-Za-z_][A-Za-z0-9_]*(?:\.[A-Za-z_][A-Za-z0-9_]*)+$")
+_LETTERS_ONLY = rx.compile(r"^[A-Za-z]+$")
+_CONFIG_LINE = rx.compile(r"^\s*(?:[-*]\s+|export\s+|set\s+)?[\"'`]?$")  # what may stand before a config key
+_GENERATED = rx.compile(r"[0-9][A-Za-z]|[A-Za-z][0-9]|[a-z][A-Z]|[!#%^&*+=~?@$]")
+
+
+def _segments(word: str) -> list[str]:
+    """Lower-cased pieces of an identifier: DB_PASSWORD, apiKey, client-secret -> their words."""
+    return [p.lower() for p in _SEGMENTS.findall(word)]
+
+
+def _names_credential(key: str) -> bool:
+    parts = _segments(key)
+    return bool(_CRED_WORDS.intersection(parts)) or any(
+        p == "key" and i > 0 and parts[i - 1] in _KEY_QUALIFIERS for i, p in enumerate(parts))
+
+
+def _is_code(value: str) -> bool:
+    """A call, attribute, subscript, type, variable reference or template - not a literal."""
+    return (any(c in value for c in "()[]{}") or value.startswith(("$", "%", "@", "&", "*", "<", "-", "/", "\\"))
+            or _DOTTED.match(value) is not None or _TYPES.match(value) is not None)
+
+
+def _placeholder(value: str) -> bool:
+    return len(value) < 4 or _PLACEHOLDER.match(value) is not None or value.lower() in _NOT_VALUES
+
+
+def _credential_value(value: str, op: str, config_line: bool, key: str, rest_of_line: str) -> bool:
+    """Whether ``value`` (after ``key`` and ``op``) is a literal credential rather than code or prose."""
+    quoted = value[:1] in "\"'`" and value[-1:] == value[:1] and len(value) >= 2
+    inner = value[1:-1] if quoted else value
+    if _placeholder(inner):
+        return False
+    if quoted:  # a message, a template or the key's own name is not a password
+        return len(inner.split()) < 3 and not any(c in inner for c in "{}") and inner.lower() != key.lower()
+    if _is_code(inner):
+        return False
+    if op[:1].isspace() or not config_line:
+        # mid-sentence or mid-line: only a value that looks generated ("hunter2", "Sup3r!"), not "required"
+        return _GENERATED.search(inner) is not None and len(inner) >= 6
+    later = rest_of_line.strip()
+    if op == ":" and _IDENT.match(inner) and later[:1] in ("=", "|", ","):
+        return False  # a Python annotation: "password: SecretStr = ..."
+    if op == ":" and _LETTERS_ONLY.match(inner) and later:
+        return False  # "Password: must be at least ..." is a sentence, not a YAML value
+    if op in ("=", ":=") and _IDENT.match(inner) and not key.isupper() and not any(c.isdigit() for c in inner):
+        return False  # Python: password = password (a variable, not a literal)
+    return True
+
+
+def _context_values(text: str) -> list[Finding]:
+    out = []
+    for m in _ASSIGN.finditer(text):
+        key, op, value = m.group(1), m.group(2), m.group(3)
+        if not _names_credential(key) or value.startswith("[REDACTED") or text[m.end(2):m.end(2) + 1] == "=":
+            continue  # a word that only contains one ("bypass"); already redacted; "==" compares
+        line_start = text.rfind("\n", 0, m.start(1)) + 1
+        line_end = text.find("\n", m.end(3))
+        rest = text[m.end(3): line_end if line_end >= 0 else len(text)]
+        config_line = _CONFIG_LINE.match(text[line_start:m.start(1)]) is not None
+        if _credential_value(value, op.strip() or op, config_line, key, rest):
+            quoted = value[:1] in "\"'`" and value[-1:] == value[:1] and len(value) >= 2
+            start, end = (m.start(3) + 1, m.end(3) - 1) if quoted else (m.start(3), m.end(3))
+            out.append(Finding("secret_in_context", start, end))
+    return out
+
+
+# A quoted or backticked literal that names itself a credential: `EXAMPLE-svc-backup-pw`.
+_LITERAL = rx.compile(r"[`\"']([^\s`\"']{6,80})[`\"']")
+_CRED_SEGMENT = frozenset("pw pwd pass passwd password passphrase secret token key apikey cred creds credential credentials".split())
+
+
+def _self_described(value: str) -> bool:
+    parts = _segments(value)
+    if not _CRED_SEGMENT.intersection(parts) or _placeholder(value):
+        return False
+    if _IDENT.match(value) or _is_code(value) or "/" in value or "://" in value:
+        return False  # SECRET_KEY, OAuth2PasswordRequestForm, secrets.compare_digest, paths
+    pieces = value.split("-")
+    if all(p.islower() and p.isalpha() for p in pieces if p):
+        return False  # a kebab-case name: api-key, my-secret-volume
+    if all(p[:1].isupper() and (p[1:].islower() or (p.isupper() and len(p) <= 4)) for p in pieces if p):
+        return False  # a header name: X-API-Key, X-Auth-Token
+    return True
+
+
+def _literals(text: str) -> list[Finding]:
+    return [Finding("secret_in_context", m.start(1), m.end(1)) for m in _LITERAL.finditer(text)
+            if _self_described(m.group(1))]
+
+
+_TABLE_SEP = rx.compile(r"^\s*\|?\s*:?-{3,}")
+
+
+def _cells(line: str) -> list[tuple[int, str]]:
+    """(offset, text) of each cell of a Markdown table row."""
+    out, pos = [], 0
+    parts = line.split("|")
+    for i, part in enumerate(parts):
+        if not (i == 0 and not part.strip()) and not (i == len(parts) - 1 and not part.strip()):
+            out.append((pos, part))
+        pos += len(part) + 1
+    return out
+
+
+def _table_columns(text: str) -> list[Finding]:
+    """Cells under a column headed by a credential word ("| Account | Password |")."""
+    out: list[Finding] = []
+    lines = _lines(text)
+    for i, (_, line) in enumerate(lines[:-1]):
+        if "|" not in line or not _TABLE_SEP.match(lines[i + 1][1]):
+            continue
+        columns = {j for j, (_, h) in enumerate(_cells(line)) if _names_credential(h)}
+        for start, row in lines[i + 2:] if columns else []:
+            if "|" not in row:
+                break
+            for j, (at, cell) in enumerate(_cells(row)):
+                value = cell.strip().strip("`\"'")
+                if j in columns and value and " " not in value and not _placeholder(value) and not _is_code(value):
+                    begin = start + at + cell.index(value)
+                    out.append(Finding("secret_in_context", begin, begin + len(value)))
+    return out
+
+
+# ---------------------------------------------------------------- random-looking tokens
+
+_TOKEN = rx.compile(r"[A-Za-z0-9+/_=.-]{20,}")
+_WORDISH = rx.compile(r"[A-Z]?[a-z]{2,}|[A-Z]{2,}")
+
+
+def entropy(s: str) -> float:
+    """Shannon entropy in bits per character."""
+    n = len(s)
+    return -sum(c / n * math.log2(c / n) for c in Counter(s).values()) if n else 0.0
+
+
+def _random_token(tok: str) -> bool:
+    """Mixed classes, high entropy, and letters that do not form words.
+
+    Identifiers, module paths and URL paths split into words (``OAuth2PasswordRequestForm``
+    -> Auth, Password, Request, Form); a generated credential splits into fragments.
+    """
+    classes = any(c.islower() for c in tok) + any(c.isupper() for c in tok) + any(c.isdigit() for c in tok)
+    if classes < 3 or entropy(tok) < 4.0:
+        return False
+    letters = sum(c.isalpha() for c in tok)
+    in_words = sum(len(w) for w in _WORDISH.findall(tok) if len(w) >= 3)
+    return letters == 0 or in_words / letters < 0.6
+
+
+def _tokens(text: str) -> list[Finding]:
+    out = []
+    for m in _TOKEN.finditer(text):
+        if not _random_token(m.group(0)):
+            continue
+        word_start = max(text.rfind(c, max(0, m.start() - 2048), m.start()) for c in " \t\n\"'`(<[") + 1
+        if "://" in text[word_start:m.start()] and text[m.start() - 1] != "=":
+            continue  # a URL's path or fragment; a value in its query ("?sig=...") still counts
+        out.append(Finding("high_entropy_token", m.start(), m.end()))
+    return out
+
+
+# ---------------------------------------------------------------- all together
+
+
+def find_secrets(text: str, view: str = "plain") -> list[Finding]:
+    """Every finding in ``text``, overlapping ones merged."""
+    out = [Finding(kind, m.start(g), m.end(g)) for kind, pattern, g in SHAPES for m in pattern.finditer(text)
+           if g == 0 or m.end(g) == len(text) or not _is_word(text[m.end(g)]) or kind in ("url_credentials",)]
+    out = [f for f in out if f.kind != "email" or not _EXAMPLE_DOMAIN.search(text[f.start:f.end].rsplit("@", 1)[1])]
+    out += _phones(text) + _numbers(text) + _context_values(text) + _literals(text) + _table_columns(text) + _tokens(text)
+    return merge([Finding(f.kind, f.start, f.end, view) for f in out])
+
+
+def merge(found: list[Finding]) -> list[Finding]:
+    """Overlapping findings as one span (the first kind), sorted."""
+    found = sorted(found, key=lambda f: (f.start, -f.end))
+    out: list[Finding] = []
+    for f in found:
+        if out and f.start < out[-1].end:
+            if f.end > out[-1].end:
+                out[-1] = Finding(out[-1].kind, out[-1].start, f.end, out[-1].view)
+            continue
+        out.append(f)
+    return out
