@@ -34,8 +34,9 @@ SPOTLIGHT_RULES = (
 
 
 def citation(hit: Hit) -> str:
-    """The citation tag for one hit: ``[source: <doc> · chunk <k>]``."""
-    return f"[source: {hit.chunk.doc} · chunk {hit.chunk.index}]"
+    """The citation tag for one hit: ``[source: <doc> · chunk <k>]``, with ``· p. <n>`` for paged sources."""
+    page = f" · p. {hit.chunk.page}" if hit.chunk.page else ""
+    return f"[source: {hit.chunk.doc} · chunk {hit.chunk.index}{page}]"
 
 
 def _defang(text: str, nonce: str) -> str:

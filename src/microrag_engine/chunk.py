@@ -16,7 +16,9 @@ from __future__ import annotations
 
 import logging
 import re
+from bisect import bisect_right
 from collections.abc import Callable, Iterable
+from dataclasses import replace
 
 from .text import approx_tokens, sentence_spans
 from .types import Chunk, Document
@@ -104,13 +106,26 @@ def chunk_documents(
     max_tokens: int = 256,
     count_tokens: Callable[[str], int] = approx_tokens,
 ) -> list[Chunk]:
-    """Chunk every document with the named chunker; pre-chunked ones pass through."""
+    """Chunk every document with the named chunker; pre-chunked ones pass through.
+
+    A paged document (meta "pages": the offset each page starts at) gives each chunk the
+    page its text starts on, so citations can say "p. 12"."""
     out: list[Chunk] = []
     for d in docs:
         if d.prechunked:
             out.extend(d.prechunked)
-        elif chunker == "chars":
-            out.extend(chunk_chars(d.path, d.text, size, overlap))
-        else:
-            out.extend(chunk_sentences(d.path, d.text, max_tokens, count_tokens))
+            continue
+        cut = chunk_chars(d.path, d.text, size, overlap) if chunker == "chars" else \
+            chunk_sentences(d.path, d.text, max_tokens, count_tokens)
+        starts = page_starts(d)
+        out.extend([replace(c, page=bisect_right(starts, c.start)) for c in cut] if starts else cut)
     return out
+
+
+def page_starts(doc: Document) -> list[int]:
+    """Where each page of ``doc`` starts in its text (meta "pages": "0,1834,..."); [] if not paged."""
+    raw = dict(doc.meta).get("pages", "")
+    try:
+        return sorted(int(x) for x in raw.split(",") if x.strip())
+    except ValueError:
+        return []

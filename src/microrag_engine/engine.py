@@ -28,12 +28,12 @@ from .index import Index, build_index
 from .index.ann import HNSW, faiss_available
 from .index.embed import make_embedder
 from .index.keyword import KeywordScorer, make_keyword
-from .ingest import check_compatible, guarded
-from .load import load_documents
+from .ingest import check_compatible, guarded, title_of
+from .load import SUPPORTED, load_documents
 from .retrieve import rank_candidates, retrieve
 from .retrieve.cap import long_doc_penalty
 from .runtime.llm import ChatStream
-from .store.base import DocRecord, SearchableStore, Store
+from .store.base import DocFilter, DocRecord, SearchableStore, Store
 from .tools import FileTool, ToolResult
 from .types import Document, Retrieval
 from .verify import Verification, verify_with
@@ -157,34 +157,51 @@ class Engine:
         paths = list(paths)
         docs = load_documents(paths, settings.markup)
         if not docs:
-            raise CorpusError(f"no readable documents under {', '.join(map(str, paths))}; supported: .md .txt .html .pdf .jsonl")
+            raise CorpusError(f"no readable documents under {', '.join(map(str, paths))}; supported: {' '.join(sorted(SUPPORTED))}")
         return cls.from_documents(docs, settings, progress=progress)
 
     def retrieve(self, query: str, safeguards: bool | None = None, labels: Iterable[str] | None = None,
-                 scoped: bool = True, top_k: int | None = None) -> Retrieval:
+                 scoped: bool = True, top_k: int | None = None, where: DocFilter | None = None) -> Retrieval:
         """Step 3 over the chunks whose label is in ``labels`` (all when ``None``).
 
         ``safeguards=None`` follows the preset (the seed's bare retriever has them off).
         ``scoped=False`` fits keyword statistics over every chunk, hidden ones included
         (the lab baseline's leak, red team #3). ``top_k`` overrides the settings' for
-        this call only.
+        this call only. ``where`` narrows the documents drawn from (path, collection,
+        title, front matter); keyword statistics stay those of the caller's labels.
         """
         settings = self.settings if top_k is None else override(self.settings, top_k=top_k)
         if safeguards is None:
             safeguards = settings.safeguards_on_retrieve
+        chosen = self.select(where, labels) if where else None
+        if chosen is not None and not chosen:
+            return Retrieval(query, [], refused=True, reason="no indexed document matches the filter")
         if self.store is not None:
             qvec = self.index.embedder.embed([query])[0]
-            found, ceiling = self.store.search(query, qvec, self._visible_labels(labels), n=settings.first_pass)
+            found, ceiling = self.store.search(query, qvec, self._visible_labels(labels), n=settings.first_pass,
+                                               docs=sorted(chosen) if chosen is not None else None)
             prior = self._doc_prior(settings)
             penalty = np.array([prior.get(c.doc, 0.0) for c, _, _ in found]) if prior else None
             return rank_candidates(query, [c for c, _, _ in found], np.array([k for _, k, _ in found]),
                                    np.array([e for _, _, e in found]), settings, safeguards, ceiling, penalty)
         allowed = self.mask(labels)
         scorer = self._scoped_keyword(labels, allowed) if scoped else None
+        if chosen is not None:
+            in_docs = np.array([c.doc in chosen for c in self.index.chunks], dtype=bool)
+            allowed = in_docs if allowed is None else allowed & in_docs
         result = retrieve(self.index, query, settings, safeguards=safeguards, allowed=allowed, scoped=scorer,
                           penalty=self._penalty(settings))
         keyword = scorer or self.index.keyword
         return replace(result, weight=keyword.weight) if keyword is not None else result
+
+    def select(self, where: DocFilter, labels: Iterable[str] | None = None) -> set[str]:
+        """The documents ``where`` admits among those ``labels`` may read (a filter must not
+        tell a caller that a document they cannot read exists). In-memory corpora: path,
+        title and front matter."""
+        records = self.records or {d.path: DocRecord(d.path, "", meta=_with_title(d)) for d in self.documents}
+        readable = None if labels is None else set(labels)
+        return {doc for doc, rec in records.items() if where.admits(rec) and not rec.label.startswith("_")
+                and (readable is None or rec.label in readable)}
 
     def _doc_prior(self, settings: Settings) -> dict[str, float]:
         """The length prior per document (``retrieve.cap.long_doc_penalty``), computed once per engine."""
@@ -241,9 +258,10 @@ class Engine:
         verify: bool = False,
         top_k: int | None = None,
         spotlight: bool = True,
+        where: DocFilter | None = None,
     ) -> Answer:
         """Steps 3-6: retrieve with the gate and the cap, then :meth:`answer`."""
-        retrieval = self.retrieve(query, safeguards=True, labels=labels, top_k=top_k)
+        retrieval = self.retrieve(query, safeguards=True, labels=labels, top_k=top_k, where=where)
         return self.answer(query, retrieval, llm, on_piece=on_piece, verify=verify, spotlight=spotlight)
 
     def answer(
@@ -316,13 +334,17 @@ class Engine:
                            question=retrieval.query, relevance_of=relevance_of)
 
 
+def _with_title(doc: Document) -> tuple[tuple[str, str], ...]:
+    meta = dict(doc.meta)
+    meta.setdefault("title", title_of(doc))
+    return tuple(meta.items())
+
+
 def _guarded(docs: list[Document], settings: Settings) -> list[Document]:
     """The documents as ``microrag ingest`` would store them (one DLP policy for every front end)."""
     out, found = [], 0
     for doc in docs:
-        kept, restrict, counts = guarded(doc, settings)
-        if restrict:
-            kept = replace(kept, meta=(*kept.meta, ("label", "restricted")))
+        kept, _, counts = guarded(doc, settings)  # in memory every chunk is public: "label" mode only reports
         found += bool(counts)
         out.append(kept)
     if found:

@@ -22,12 +22,12 @@ from pathlib import Path
 
 import numpy as np
 
-from . import guard
+from . import guard, rx
 from .chunk import chunk_documents
 from .config import Settings
 from .errors import ConfigError, CorpusError
 from .index.embed import make_embedder
-from .load import load_documents
+from .load import SUPPORTED, load_documents
 from .store.base import BOUND_SETTINGS, DocRecord, DocUpdate, Store
 from .types import Document
 
@@ -40,6 +40,7 @@ class IngestReport:
     changed: list[str] = field(default_factory=list)
     unchanged: list[str] = field(default_factory=list)
     removed: list[str] = field(default_factory=list)
+    gone: list[str] = field(default_factory=list)  # files gone, documents kept (no --prune)
     chunks_written: int = 0
     generation: int = 0
     findings: dict[str, dict[str, int]] = field(default_factory=dict)  # doc -> {kind: count}, never values
@@ -51,8 +52,9 @@ class IngestReport:
     def summary(self) -> str:
         found = sum(sum(k.values()) for k in self.findings.values())
         dlp = f"; DLP: {found} finding(s) in {len(self.findings)} document(s)" if found else ""
+        gone = f"; {len(self.gone)} document(s) whose files are gone kept (--prune removes them)" if self.gone else ""
         return (f"{len(self.added)} added, {len(self.changed)} changed, {len(self.unchanged)} unchanged, "
-                f"{len(self.removed)} removed ({self.chunks_written} chunks written{dlp})")
+                f"{len(self.removed)} removed ({self.chunks_written} chunks written{dlp}{gone})")
 
     def dlp_lines(self) -> list[str]:
         """One line per document DLP changed: its path and the kinds found, never a value."""
@@ -121,6 +123,20 @@ def store_form(doc: Document) -> Document:
     return replace(doc, text=guard.visible(doc.text), prechunked=pre)
 
 
+def collection_of(doc_id: str, roots: dict[str, str]) -> str:
+    """The collection of ``doc_id`` among those being written (its first segment, if one of them)."""
+    head = doc_id.split("/", 1)[0]
+    return head if f"{COLLECTION_KEY}{head}" in roots and "/" in doc_id else ""
+
+
+# Meta that only says where a record came from, or that the label already holds, is not a filter field.
+_NOT_FILTERS = frozenset({"from_file", "pages", "label", "sensitivity"})
+
+
+def _filterable(meta: tuple[tuple[str, str], ...]) -> tuple[tuple[str, str], ...]:
+    return tuple((k, v[:500]) for k, v in meta if k not in _NOT_FILTERS)
+
+
 def _doc_label(doc: Document, label: str | None) -> str:
     # An explicit flag wins; then the document's own front-matter; else public.
     return label or dict(doc.meta).get("label") or dict(doc.meta).get("sensitivity") or "public"
@@ -136,6 +152,7 @@ def ingest_documents(
     prune_missing: Iterable[str] = (),
     progress: bool = False,
     visible: bool = True,
+    extra_meta: dict[str, str] | None = None,
 ) -> IngestReport:
     """Write ``docs`` into ``store`` (skipping unchanged ones) plus deletions, atomically.
 
@@ -175,17 +192,67 @@ def ingest_documents(
         chunks = chunk_documents([doc], settings.chunker, settings.size, settings.overlap, settings.max_tokens,
                                  embedder.count_tokens)
         vectors = embedder.embed([c.text for c in chunks]) if chunks else np.zeros((0, embedder.dim), np.float32)
-        record = DocRecord(doc.path, text_hash, doc_label, principal, (origins or {}).get(doc.path, ""), now, len(chunks))
+        record = DocRecord(doc.path, text_hash, doc_label, principal, (origins or {}).get(doc.path, ""), now, len(chunks),
+                           collection_of(doc.path, extra_meta or {}), _filterable(doc.meta))
         updates.append(DocUpdate(record, chunks, vectors.astype(np.float32), [sha256(c.text) for c in chunks]))
         (report.changed if old else report.added).append(doc.path)
         report.chunks_written += len(chunks)
     deletes = sorted(d for d in set(prune_missing) if d in existing and d not in seen)
     report.removed = deletes
-    if updates or deletes or not meta:
-        report.generation = store.apply(updates, deletes, bound_meta(settings, embedder.dim))
+    if updates or deletes or not meta or any(meta.get(k) != v for k, v in (extra_meta or {}).items()):
+        report.generation = store.apply(updates, deletes, {**bound_meta(settings, embedder.dim), **(extra_meta or {})})
     else:
         report.generation = store.generation()
     return report
+
+
+@dataclass(frozen=True)
+class Source:
+    """One path given to ``ingest_paths``: where its documents' ids are rooted."""
+
+    path: Path  # as given, resolved
+    root: Path  # the folder ids are relative to
+    collection: str  # the ids' first segment ("" = unqualified)
+
+    def doc_id(self, doc: Document) -> str:
+        # A file's id is its path under the collection's root; a .jsonl record names its own
+        # document, so it is rooted at the collection whatever folder the file sits in.
+        sub = "" if self.path == self.root or dict(doc.meta).get("from_file") else \
+            self.path.parent.relative_to(self.root).as_posix()
+        parts = [p for p in (self.collection, "" if sub == "." else sub, doc.path) if p]
+        return "/".join(parts)
+
+
+COLLECTION_KEY = "collection:"  # store meta: collection name -> the folder its ids are rooted at
+_COLLECTION_NAME = rx.compile(r"^[A-Za-z0-9][A-Za-z0-9._-]{0,63}$")
+
+
+def collections(meta: dict[str, str]) -> dict[str, str]:
+    """Collection name -> root folder, as recorded in a store."""
+    return {k[len(COLLECTION_KEY):]: v for k, v in meta.items() if k.startswith(COLLECTION_KEY)}
+
+
+def resolve_source(path: Path, name: str | None, known: dict[str, str], existing: dict[str, DocRecord]) -> Source:
+    """Where ``path``'s documents belong. A folder is a collection named ``name`` or after
+    the folder; a file under a known collection's folder joins it (same id as when the folder
+    is ingested); any other file is a collection named after its own folder. A name taken by
+    another folder is refused. Folders indexed before collections existed keep their
+    unqualified ids, so re-ingesting them stays idempotent."""
+    path = path.resolve()
+    if name is not None and name != "" and not _COLLECTION_NAME.match(name):
+        raise CorpusError(f"invalid collection name {name!r}: use letters, digits, '.', '_' or '-' (up to 64)")
+    if path.is_file() and name is None:
+        for known_name, folder in sorted(known.items(), key=lambda kv: -len(kv[1])):
+            if _under(str(path), folder):
+                return Source(path, Path(folder), known_name)
+    root = path if path.is_dir() else path.parent
+    if name is None and not known and any(not r.collection and r.origin and _under(r.origin, str(root)) for r in existing.values()):
+        name = ""  # indexed before collections: keep its ids
+    name = root.name if name is None else name
+    if name and known.get(name) not in (None, str(root)):
+        raise CorpusError(f"collection {name!r} is the folder {known[name]}, not {root}; "
+                          f"ingest this one under another name with --collection NAME")
+    return Source(path, root, name)
 
 
 def ingest_paths(
@@ -196,41 +263,76 @@ def ingest_paths(
     prune: bool = False,
     principal: str | None = None,
     progress: bool = False,
+    collection: str | None = None,
 ) -> IngestReport:
-    """Ingest every readable file under ``paths``; with ``prune``, drop vanished files' documents."""
-    folders = [Path(p) for p in paths]
-    docs = load_documents(folders, settings.markup)
-    if not docs:
-        raise CorpusError(f"no readable documents under {', '.join(map(str, folders))}; supported: .md .txt .html .pdf .jsonl")
-    roots = [str(p.resolve()) for p in folders]
-    origins = {d.path: _origin(folders, dict(d.meta).get("from_file", d.path)) for d in docs}
+    """Ingest every readable file under ``paths``. Ids carry their collection (``resolve_source``;
+    ``collection=""`` keeps them unqualified, as ``--corpus`` runs do). Documents of these
+    folders whose files are gone are reported, and removed with ``prune``."""
     existing = store.documents()
-    for d in docs:  # a .jsonl record may not take over a document another file provides
-        old, source = existing.get(d.path), dict(d.meta).get("from_file")
-        if source and old is not None and old.origin and old.origin != origins[d.path]:
-            raise CorpusError(f"{source}: a record claims document {d.path!r}, which comes from {Path(old.origin).name}; "
-                              "records may only name documents of their own file (rename the record's \"doc\")")
-    missing: list[str] = []
-    if prune:
-        # Gone = came from one of these roots but is not among what loads now
-        # (deleted, emptied, or no longer readable - the loader warned about those).
-        loaded = {d.path for d in docs}
-        for rec in store.documents().values():
-            if rec.origin and any(_under(rec.origin, r) for r in roots) and rec.doc not in loaded:
-                missing.append(rec.doc)
-    return ingest_documents(store, docs, settings, label, principal, origins, missing, progress=progress)
+    known = collections(store.meta())
+    docs: list[Document] = []
+    origins: dict[str, str] = {}
+    sources: list[Source] = []
+    for given in paths:
+        if not Path(given).exists():
+            raise CorpusError(f"corpus path {str(given)!r} does not exist; pass a folder or a file")
+        source = resolve_source(Path(given), collection, known, existing)
+        sources.append(source)
+        for d in load_documents([source.path], settings.markup):
+            doc_id = source.doc_id(d)
+            origin = _origin(source.path, dict(d.meta).get("from_file", d.path))
+            owner = existing.get(doc_id)
+            if owner is not None and owner.collection != source.collection:
+                raise CorpusError(f"{doc_id!r} is already indexed from another source ({owner.collection or 'no collection'}); "
+                                  "ingest this path under another name with --collection NAME")
+            if dict(d.meta).get("from_file") and owner is not None and owner.origin and owner.origin != origin:
+                raise CorpusError(f"{dict(d.meta)['from_file']}: a record claims document {doc_id!r}, which comes from "
+                                  f"{Path(owner.origin).name}; records may only name documents of their own file "
+                                  "(rename the record's \"doc\")")
+            docs.append(_renamed(d, doc_id))
+            origins[doc_id] = origin
+    if not docs:
+        raise CorpusError(f"no readable documents under {', '.join(map(str, paths))}; supported: "
+                          + " ".join(sorted(SUPPORTED)))
+    # Gone = from one of these folders but not among what loads now (deleted, emptied, or no
+    # longer readable - the loader warned about those). Single files say nothing of their folder.
+    loaded = {d.path for d in docs}
+    folders = [s for s in sources if s.path.is_dir()]
+    gone = sorted(r.doc for r in existing.values() if r.doc not in loaded and r.origin and any(
+        r.collection == s.collection and _under(r.origin, str(s.path)) for s in folders))
+    roots = {f"{COLLECTION_KEY}{s.collection}": str(s.root) for s in sources if s.collection}
+    report = ingest_documents(store, docs, settings, label, principal, origins, gone if prune else (), progress=progress,
+                              extra_meta=roots)
+    report.gone = [] if prune else gone
+    return report
+
+
+def _renamed(doc: Document, doc_id: str) -> Document:
+    """``doc`` under id ``doc_id`` (its ready-made chunks too), with a title for filters."""
+    meta = dict(doc.meta)
+    meta.setdefault("title", title_of(doc))
+    if doc_id == doc.path:
+        return replace(doc, meta=tuple(meta.items()))
+    pre = tuple(replace(c, doc=doc_id, id=f"{doc_id}#{c.index}") for c in doc.prechunked)
+    return replace(doc, path=doc_id, prechunked=pre, meta=tuple(meta.items()))
+
+
+_HEADING = rx.compile(r"(?m)^#{1,2}[ \t]+(\S[^\n]*)$")
+
+
+def title_of(doc: Document) -> str:
+    """Front matter's title, else the first top-level heading, else the file name."""
+    m = _HEADING.search(doc.text[:20_000])
+    return m.group(1).strip() if m else Path(doc.path).stem
 
 
 def _under(path: str, root: str) -> bool:
     return path == root or path.startswith(root.rstrip("/") + "/")
 
 
-def _origin(paths: list[Path], doc: str) -> str:
-    for p in paths:
-        candidate = p / doc if p.is_dir() else p
-        if candidate.exists():
-            return str(candidate.resolve())
-    return ""
+def _origin(path: Path, rel: str) -> str:
+    candidate = path / rel if path.is_dir() else path
+    return str(candidate.resolve()) if candidate.exists() else ""
 
 
 def delete_documents(store: Store, docs: Iterable[str]) -> IngestReport:

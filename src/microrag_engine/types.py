@@ -21,6 +21,7 @@ class Chunk:
     start: int
     end: int
     text: str
+    page: int = 0  # the page it starts on, for paged sources (PDF); 0 = not paged
 
 
 @dataclass(frozen=True)
@@ -51,6 +52,7 @@ class Hit:
             "id": c.id, "doc": c.doc, "chunk": c.index, "start": c.start, "end": c.end,
             "hybrid": self.hybrid, "kw": self.kw, "em": self.em,
             "raw_kw": self.raw_kw, "raw_em": self.raw_em, "rerank": self.rerank, "text": c.text,
+            **({"page": c.page} if c.page else {}),
         }
 
 

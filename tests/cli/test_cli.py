@@ -112,7 +112,7 @@ def test_empty_corpus_folder_is_a_clear_error(tmp_path):
     proc = run_cli("retrieve", "--preset", "seed", "--corpus", str(tmp_path), "q")
     assert proc.returncode == 2
     assert "no readable documents" in proc.stderr and "Traceback" not in proc.stderr
-    assert "skipping notes.bin" in proc.stderr
+    assert "skipped 1 .bin file(s)" in proc.stderr
 
 
 def test_help_explains_the_commands():

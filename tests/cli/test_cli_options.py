@@ -48,9 +48,10 @@ def test_json_is_honoured_by_check_documents_delete_and_keys(tmp_path):
     check = json.loads(run_cli("check", "--index", ix, "--json").stdout)
     assert check["ok"] and check["documents"] == 2 and check["problems"] == []
     docs = json.loads(run_cli("documents", "--index", ix, "--json").stdout)
-    assert sorted(d["doc"] for d in docs) == ["a.md", "b.md"]
-    removed = json.loads(run_cli("delete", "b.md", "--index", ix, "--json").stdout)
-    assert removed["removed"] == ["b.md"]
+    assert sorted(d["doc"] for d in docs) == ["docs/a.md", "docs/b.md"]  # ids carry their collection
+    assert {d["collection"] for d in docs} == {"docs"} and dict(docs[0]["meta"])["title"] == "A"
+    removed = json.loads(run_cli("delete", "docs/b.md", "--index", ix, "--json").stdout)
+    assert removed["removed"] == ["docs/b.md"]
     assert run_cli("keys", "add", "rita", "--index", ix, "-q").returncode == 0
     keys = json.loads(run_cli("keys", "list", "--index", ix, "--json").stdout)
     assert [k["name"] for k in keys] == ["rita"] and all("key" not in k and "hash" not in k for k in keys)

@@ -37,7 +37,7 @@ class Running:
             (corpus / name).write_text(text)
         store = open_store(location or tmp / "ix")
         if not store.documents():
-            ingest_paths(store, [corpus], preset("default"))
+            ingest_paths(store, [corpus], preset("default"), collection="")
         keys = KeyStore(tmp / "srv" / "keys.sqlite")
         self.key = {
             "admin": keys.add(f"root{len(keys.list())}", "admin", ["public", "internal", "restricted"]),

@@ -109,6 +109,19 @@ def test_restricted_content_never_reaches_readers(srv):
     assert "salaries.md" not in docs and "vpn.md" in docs
 
 
+def test_query_filters_narrow_sources_within_clearance(srv):
+    q = "what does the L5 salary band pay and how many vacation days?"
+    only_leave = ask(srv, q, "admin", where={"path": "leave*"})
+    assert {s["doc"] for s in only_leave["sources"]} == {"leave.md"}
+    no_salaries = ask(srv, q, "admin", exclude={"title": "*salary*"})
+    assert "salaries.md" not in {s["doc"] for s in no_salaries["sources"]}
+    # a filter naming a document the caller cannot read says what a filter naming nothing says
+    hidden, absent = ask(srv, q, "reader", where={"path": "salaries.md"}), ask(srv, q, "reader", where={"path": "nope.md"})
+    assert hidden["sources"] == absent["sources"] == [] and hidden["answer"] == absent["answer"]
+    bad = srv.call("POST", "/query", "admin", json={"query": q, "where": {"bad field!": "x"}})
+    assert bad.status_code == 422 and "error" in bad.json()
+
+
 def test_roles_are_enforced(srv):
     body = {"source": "a.md", "body": "text"}
     assert srv.call("POST", "/ingest", None, json=body).status_code == 401

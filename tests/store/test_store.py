@@ -21,13 +21,20 @@ from conftest import ROOT, run_cli
 from microrag_engine.config import override, preset
 from microrag_engine.engine import Engine
 from microrag_engine.errors import ConfigError, CorpusError, MicroRAGError
-from microrag_engine.ingest import delete_documents, ingest_paths
+from microrag_engine.ingest import delete_documents
+from microrag_engine.ingest import ingest_paths as ingest_named
 from microrag_engine.store import open_store
 
 SEED = preset("seed")
 BACKENDS = ["sqlite"]
 if os.environ.get("MICRORAG_TEST_PG"):
     BACKENDS.append("postgres")
+
+
+def ingest_paths(store, paths, settings, **kw):
+    """Ids as paths within the folder: these tests are about the store; collection naming
+    has its own (tests/test_ingest.py)."""
+    return ingest_named(store, paths, settings, collection="", **kw)
 
 
 def new_location(backend: str, tmp: Path, name: str = "ix") -> str:
@@ -337,10 +344,10 @@ def test_cli_ingest_check_delete_roundtrip(tmp_path, location):
     again = run_cli("ingest", "--index", ix, str(corpus))  # preset inferred from the index
     assert again.returncode == 0 and "0 added, 0 changed, 3 unchanged" in again.stdout, again.stderr
     rank = run_cli("rank", "--index", ix, stdin="reset password\nflibberjab\n")
-    assert rank.stdout.splitlines()[0].startswith("OK: password.md#") and rank.stdout.splitlines()[1] == "REFUSE"
+    assert rank.stdout.splitlines()[0].startswith("OK: docs/password.md#") and rank.stdout.splitlines()[1] == "REFUSE"
     pub = run_cli("retrieve", "--index", ix, "--labels", "public", "--json", "database hostname")
     assert "db.md" not in pub.stdout
-    gone = run_cli("delete", "--index", ix, "db.md")
+    gone = run_cli("delete", "--index", ix, "docs/db.md")
     assert gone.returncode == 0
     assert run_cli("check", "--index", ix).stdout.startswith("OK: 2 documents")
     missing = run_cli("retrieve", "--index", str(tmp_path / "nothing"), "q")
@@ -419,14 +426,21 @@ def test_a_jsonl_record_cannot_take_over_another_files_document(tmp_path):
     (kb / "hr").mkdir(parents=True)
     evil.mkdir()
     (kb / "hr" / "salaries.md").write_text("---\nlabel: restricted\n---\n# Salaries\n\nBand L5 pays 180000.\n")
-    (evil / "feed.jsonl").write_text('{"doc": "hr/salaries.md", "text": "All salaries are public. Band L5 pays 1."}\n')
+    feed = '{"doc": "hr/salaries.md", "text": "All salaries are public. Band L5 pays 1."}\n'
+    (evil / "feed.jsonl").write_text(feed)
     ix = str(tmp_path / "ix")
     assert run_cli("ingest", str(kb), "--index", ix, "--preset", "seed").returncode == 0
-    proc = run_cli("ingest", str(evil), "--index", ix, "--preset", "seed")
+    # another folder is another collection: its record cannot even name the document
+    assert run_cli("ingest", str(evil), "--index", ix, "--preset", "seed").returncode == 0
+    # inside the same collection, a record naming another file's document is refused in one line
+    (kb / "feed.jsonl").write_text(feed)
+    proc = run_cli("ingest", str(kb), "--index", ix, "--preset", "seed")
     assert proc.returncode != 0 and "Traceback" not in proc.stderr
-    assert "claims document 'hr/salaries.md'" in proc.stderr and len(proc.stderr.strip().splitlines()) == 1
+    assert "claims document 'kb/hr/salaries.md'" in proc.stderr and len(proc.stderr.strip().splitlines()) == 1
     store = open_store(ix)
-    assert store.documents()["hr/salaries.md"].label == "restricted"
+    docs = store.documents()
+    assert docs["kb/hr/salaries.md"].label == "restricted" and "vendor/hr/salaries.md" in docs
+    assert "180000" in " ".join(c.text for c in store.snapshot().chunks if c.doc == "kb/hr/salaries.md")
 
 
 @needs_pg

@@ -13,10 +13,11 @@ import json
 import sys
 
 from ..config import override
-from ..ingest import delete_documents, ingest_paths
+from ..ingest import IngestReport, delete_documents, ingest_paths
 from ..store import default_location, open_store
 from ..store.base import Store
-from .options import add_dlp, add_index, add_output, add_preset, preset_for, settings_for
+from ..watch import watch
+from .options import add_dlp, add_index, add_output, add_preset, diag, preset_for, settings_for
 
 
 def register(sub: argparse._SubParsersAction) -> None:
@@ -32,6 +33,11 @@ def _commands(sub: argparse._SubParsersAction) -> None:
     ing.add_argument("paths", nargs="+", metavar="PATH", help="folders or files to ingest")
     ing.add_argument("--label", help="sensitivity label for these documents (default: front-matter 'label:', else public)")
     ing.add_argument("--prune", action="store_true", help="remove indexed documents whose files are gone")
+    ing.add_argument("--watch", action="store_true",
+                     help="after ingesting, keep following PATHs: re-ingest files as they are added, edited, renamed or "
+                          "deleted (Ctrl-C stops; needs the 'watch' extra)")
+    ing.add_argument("--collection", metavar="NAME",
+                     help="name these paths' collection, the first segment of their ids (default: each folder's name)")
     add_dlp(ing)
     add_preset(ing)
     d = sub.add_parser("delete", help="remove documents from the index by doc path")
@@ -63,14 +69,23 @@ def _print(args: argparse.Namespace, as_json: object, text: str) -> None:
 def cmd_ingest(args: argparse.Namespace) -> int:
     store = open_store(_location(args), create=True)
     try:
-        settings = settings_for(args, args.preset or preset_for(store.meta()))
-        report = ingest_paths(store, args.paths, override(settings, dlp=args.dlp), label=args.label,
-                              prune=args.prune, progress=sys.stderr.isatty() and not args.quiet)
+        settings = override(settings_for(args, args.preset or preset_for(store.meta())), dlp=args.dlp)
+        report = ingest_paths(store, args.paths, settings, label=args.label, prune=args.prune,
+                              progress=sys.stderr.isatty() and not args.quiet, collection=args.collection)
+        _print(args, {**report.__dict__, "changes": report.changes}, _report_text(args, report))
+        if args.watch:
+            if not args.quiet:
+                diag(f"watching {', '.join(args.paths)} (Ctrl-C stops)")
+            watch(store, args.paths, settings, lambda r: _print(args, {**r.__dict__, "changes": r.changes},
+                                                                _report_text(args, r)), label=args.label)
     finally:
         store.close()
-    _print(args, {**report.__dict__, "changes": report.changes},
-           "\n".join([*report.dlp_lines(), f"{_location(args)}: {report.summary()}"]))
     return 0
+
+
+def _report_text(args: argparse.Namespace, report: IngestReport) -> str:
+    return "\n".join([*report.dlp_lines(), *(f"gone: {d} (its file is gone; --prune removes it)" for d in report.gone),
+                      f"{_location(args)}: {report.summary()}"])
 
 
 def cmd_delete(args: argparse.Namespace) -> int:

@@ -14,6 +14,7 @@ from ..config import CHUNKERS, DEFAULT_INDEX, DLP_MODES, FUSIONS, PRESETS, VERIF
 from ..engine import Engine, demo_corpus
 from ..errors import MicroRAGError
 from ..store import default_location, open_store, store_exists
+from ..store.base import DocFilter
 
 
 def diag(msg: str) -> None:
@@ -79,6 +80,11 @@ def add_retrieval(p: argparse.ArgumentParser, labels: bool = True) -> None:
     g = p.add_argument_group("retrieval")
     if labels:
         g.add_argument("--labels", metavar="L1,L2", help="only retrieve chunks with these sensitivity labels (default: all)")
+        g.add_argument("--where", action="append", metavar="FIELD=GLOB",
+                       help="only documents whose FIELD matches: path, collection, title or a front-matter key "
+                            "(e.g. --where 'path=tutorial/*'; repeat to require several)")
+        g.add_argument("--exclude", action="append", metavar="FIELD=GLOB",
+                       help="leave out documents whose FIELD matches (e.g. --exclude 'path=*CHANGELOG*')")
     g.add_argument("--top-k", type=positive_int, metavar="N", help="how many chunks to return (spec default 4)")
     add_fusion(g)
     g.add_argument("--max-per-source", type=positive_int, metavar="N",
@@ -126,6 +132,12 @@ def preset_for(meta: dict[str, str]) -> str:
         if meta.get("embedder") == s.embedder and meta.get("chunker") == s.chunker:
             return name
     return "default"
+
+
+def filter_of(args: argparse.Namespace) -> DocFilter | None:
+    """The ``--where``/``--exclude`` filter, or None when neither is given."""
+    found = DocFilter.parse(args.where, args.exclude)
+    return found or None
 
 
 def labels_of(args: argparse.Namespace) -> list[str] | None:

@@ -12,11 +12,12 @@ import json
 import sys
 from typing import TextIO
 
+from ..augment import citation
 from ..config import LLMConfig
 from ..errors import MicroRAGError
 from ..generate import is_refusal
 from ..types import Hit, Retrieval
-from .options import add_corpus, add_index, add_output, add_preset, add_retrieval, add_verification, diag, engine_for, labels_of
+from .options import add_corpus, add_index, add_output, add_preset, add_retrieval, add_verification, diag, engine_for, filter_of, labels_of
 from .verify import verdict_line
 
 
@@ -48,7 +49,9 @@ def _preview(text: str, width: int = 100) -> str:
 
 def format_hit(hit: Hit) -> str:
     """The seed's line: ``[0.846 kw=1.00 em=0.69] doc · chunk 0`` and a preview."""
-    return f"[{hit.hybrid:.3f} kw={hit.kw:.2f} em={hit.em:.2f}] {hit.chunk.doc} · chunk {hit.chunk.index}\n  {_preview(hit.chunk.text)}"
+    page = f" · p. {hit.chunk.page}" if hit.chunk.page else ""
+    return (f"[{hit.hybrid:.3f} kw={hit.kw:.2f} em={hit.em:.2f}] {hit.chunk.doc} · chunk {hit.chunk.index}{page}\n"
+            f"  {_preview(hit.chunk.text)}")
 
 
 def _print_retrieval(r: Retrieval, as_json: bool, out: TextIO) -> None:
@@ -74,14 +77,15 @@ def rank_line(r: Retrieval) -> str:
 
 def cmd_retrieve(args: argparse.Namespace) -> int:
     engine = engine_for(args)
-    _print_retrieval(engine.retrieve(args.query, labels=labels_of(args)), args.json, sys.stdout)
+    _print_retrieval(engine.retrieve(args.query, labels=labels_of(args), where=filter_of(args)), args.json, sys.stdout)
     return 0
 
 
 def cmd_rank(args: argparse.Namespace) -> int:
     engine = engine_for(args)
     for line in sys.stdin:
-        print(rank_line(engine.rank(line.rstrip("\r\n"), labels=labels_of(args))), flush=True)
+        ranked = engine.retrieve(line.rstrip("\r\n"), safeguards=True, labels=labels_of(args), where=filter_of(args))
+        print(rank_line(ranked), flush=True)
     return 0
 
 
@@ -98,7 +102,8 @@ def cmd_ask(args: argparse.Namespace) -> int:
     stream_out = None if args.json or rewrites else (lambda piece: print(piece, end="", flush=True))
     if args.verify and not args.quiet:
         diag(f"verifying each sentence with NLI model '{engine.settings.nli}' (policy {engine.settings.verify_policy})")
-    ans = engine.ask(args.query, llm=llm, on_piece=stream_out, labels=labels_of(args), verify=args.verify)
+    ans = engine.ask(args.query, llm=llm, on_piece=stream_out, labels=labels_of(args), verify=args.verify,
+                     where=filter_of(args))
     unavailable = [f for f in ans.flags if f.startswith("verify: unavailable")]
     if unavailable:  # asked for by name on the command line: an error, not a note
         raise MicroRAGError(unavailable[0].removeprefix("verify: unavailable (").removesuffix(")"))
@@ -122,5 +127,5 @@ def cmd_ask(args: argparse.Namespace) -> int:
     if ans.retrieval.hits and not is_refusal(ans.text):  # a refusal quotes nothing: no sources to list
         print("\nSources:")
         for h in ans.retrieval.hits:
-            print(f"  [source: {h.chunk.doc} · chunk {h.chunk.index}] hybrid {h.hybrid:.3f}")
+            print(f"  {citation(h)} hybrid {h.hybrid:.3f}")
     return 0

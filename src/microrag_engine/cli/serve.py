@@ -73,7 +73,7 @@ def cmd_serve(args: argparse.Namespace) -> int:
     settings = override(settings_for(args, name), dlp=args.dlp)
     settings = override(settings, **profile.settings)
     if args.corpus and not store.documents():
-        report = ingest_paths(store, args.corpus, settings)
+        report = ingest_paths(store, args.corpus, settings, collection="")  # ids as /reset and --corpus runs give them
         if not args.quiet:
             diag(f"indexed {', '.join(args.corpus)}: {report.summary()}")
     sdir = server_dir(args.index)

@@ -35,7 +35,7 @@ def start(tmp: Path, profile: Profile, llm_url: str, kb: Path, tools_dir: Path |
     ``server.should_exit = True``."""
     settings = override(preset("default"), **profile.settings)
     store = open_store(tmp / "ix")
-    ingest_paths(store, [kb], settings)
+    ingest_paths(store, [kb], settings, collection="")
     keys = KeyStore(tmp / "keys.sqlite")
     roles = {"admin": keys.add("root", "admin", ["public", "internal", "restricted"]),
              "contributor": keys.add("mallory", "contributor", ["public"]),

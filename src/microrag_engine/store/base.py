@@ -11,6 +11,8 @@ or after it, never a mix. Fast search structures (BM25, dense matrices) are
 
 from __future__ import annotations
 
+import fnmatch
+import json
 from abc import ABC, abstractmethod
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -35,6 +37,65 @@ class DocRecord:
     origin: str = ""
     ingested_at: str = ""
     n_chunks: int = 0
+    collection: str = ""  # the source it came from (``microrag ingest --collection``); "" = unqualified
+    meta: tuple[tuple[str, str], ...] = ()  # front matter and title, for query-time filters
+
+    def values(self, name: str) -> list[str]:
+        """A filterable field's values: ``path`` (the doc id, and the id within its collection),
+        ``collection``, ``label``, or a meta key (front matter, ``title``)."""
+        if name in ("path", "doc"):
+            inner = self.doc[len(self.collection) + 1:] if self.collection and self.doc.startswith(self.collection + "/") else ""
+            return [self.doc, inner] if inner else [self.doc]
+        if name in ("collection", "label"):
+            return [str(getattr(self, name))]
+        found = dict(self.meta).get(name)
+        return [found] if found is not None else []
+
+
+def encode_meta(meta: tuple[tuple[str, str], ...]) -> str:
+    return json.dumps(dict(meta), ensure_ascii=False, sort_keys=True)
+
+
+def decode_meta(raw: str | None) -> tuple[tuple[str, str], ...]:
+    try:
+        data = json.loads(raw or "{}")
+    except ValueError:
+        return ()
+    return tuple((str(k), str(v)) for k, v in data.items()) if isinstance(data, dict) else ()
+
+
+@dataclass(frozen=True)
+class DocFilter:
+    """Which documents a query may draw from: globs on fields, all ``where`` must match, no ``exclude`` may.
+
+    Fields are ``path`` (the doc id), ``collection``, ``label`` and any front-matter key or
+    ``title``; values are shell globs (``tutorial/*``, ``*OAuth*``), matched case-insensitively.
+    A filter narrows what a caller sees; it never widens their clearance.
+    """
+
+    where: tuple[tuple[str, str], ...] = ()
+    exclude: tuple[tuple[str, str], ...] = ()
+
+    def __bool__(self) -> bool:
+        return bool(self.where or self.exclude)
+
+    def admits(self, record: DocRecord) -> bool:
+        def hit(name: str, pattern: str) -> bool:
+            return any(fnmatch.fnmatchcase(v.lower(), pattern.lower()) for v in record.values(name))
+
+        return all(hit(k, v) for k, v in self.where) and not any(hit(k, v) for k, v in self.exclude)
+
+    @classmethod
+    def parse(cls, where: list[str] | None = None, exclude: list[str] | None = None) -> DocFilter:
+        """From ``FIELD=GLOB`` strings (the CLI's ``--where``/``--exclude``); a bare glob means ``path``."""
+        def pairs(items: list[str] | None) -> tuple[tuple[str, str], ...]:
+            out = []
+            for item in items or []:
+                name, sep, value = item.partition("=")
+                out.append((name.strip(), value.strip()) if sep else ("path", item.strip()))
+            return tuple(out)
+
+        return cls(pairs(where), pairs(exclude))
 
 
 @dataclass
@@ -103,9 +164,10 @@ class SearchableStore(Store):
 
     @abstractmethod
     def search(self, query: str, qvec: np.ndarray, labels: list[str] | None, n: int = 100,
-               ef_search: int = 200) -> tuple[list[tuple[Chunk, float, float]], float]:
+               ef_search: int = 200, docs: list[str] | None = None) -> tuple[list[tuple[Chunk, float, float]], float]:
         """``([(chunk, raw keyword score, raw cosine)], the query's keyword ceiling)`` over the
-        union of both legs' top ``n`` among chunks labelled ``labels`` (all when ``None``)."""
+        union of both legs' top ``n`` among chunks labelled ``labels`` (all when ``None``) and,
+        when given, of documents ``docs`` only (a query-time filter; statistics stay per label)."""
 
 
 def check_snapshot(snap: Snapshot) -> list[str]:

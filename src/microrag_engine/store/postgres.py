@@ -28,7 +28,7 @@ from ..errors import MicroRAGError
 from ..index.keyword import lucene_idf
 from ..text import bm25_tokens
 from ..types import Chunk
-from .base import DocRecord, DocUpdate, SearchableStore, Snapshot, check_snapshot
+from .base import DocRecord, DocUpdate, SearchableStore, Snapshot, check_snapshot, decode_meta, encode_meta
 
 TERM_SPACE = 999_999_937  # hashed term ids (pgvector caps sparsevec at 1e9 dims); collisions at 1e6 terms ~0.1%
 REWEIGHT_DRIFT = 0.10
@@ -81,6 +81,8 @@ class PostgresStore(SearchableStore):
         self._x("""CREATE TABLE IF NOT EXISTS documents (
             doc TEXT PRIMARY KEY, content_hash TEXT NOT NULL, label TEXT NOT NULL, principal TEXT NOT NULL,
             origin TEXT NOT NULL, ingested_at TEXT NOT NULL, n_chunks INTEGER NOT NULL)""")
+        self._add_column("documents", "collection", "TEXT NOT NULL DEFAULT ''")
+        self._add_column("documents", "meta", "TEXT NOT NULL DEFAULT '{}'")
         version = int(self.meta().get("format_version") or PG_FORMAT)
         if version not in (1, PG_FORMAT):
             raise MicroRAGError(f"schema {schema} has index format {version}; this microrag reads {PG_FORMAT}")
@@ -92,6 +94,13 @@ class PostgresStore(SearchableStore):
     def _x(self, sql: str, params=None):
         return self.conn.execute(sql, params)
 
+    def _add_column(self, table: str, name: str, decl: str) -> None:
+        """A column added after format 2 shipped; its default reads old rows correctly. Looked up
+        first: ALTER TABLE takes an exclusive lock even when the column exists."""
+        if not self._x("SELECT 1 FROM information_schema.columns WHERE table_schema = %s AND table_name = %s "
+                       "AND column_name = %s", (self.schema, table, name)).fetchone():
+            self._x(f"ALTER TABLE {table} ADD COLUMN IF NOT EXISTS {name} {decl}")
+
     def _create_chunks(self, dim: int) -> None:
         self._x(f"""CREATE TABLE IF NOT EXISTS chunks (
             id TEXT PRIMARY KEY, doc TEXT NOT NULL REFERENCES documents(doc) ON DELETE CASCADE,
@@ -99,6 +108,7 @@ class PostgresStore(SearchableStore):
             text_hash TEXT NOT NULL, label TEXT NOT NULL, embedding vector({dim}) NOT NULL,
             terms BIGINT[] NOT NULL, tfs INTEGER[] NOT NULL, dl INTEGER NOT NULL, bm25 sparsevec NOT NULL,
             UNIQUE (doc, idx))""")
+        self._add_column("chunks", "page", "INTEGER NOT NULL DEFAULT 0")
         self._x("CREATE INDEX IF NOT EXISTS chunks_hnsw ON chunks USING hnsw (embedding vector_cosine_ops) "
                 "WITH (m = 16, ef_construction = 100)")
         self._x("CREATE INDEX IF NOT EXISTS chunks_terms ON chunks USING gin (terms)")
@@ -142,8 +152,9 @@ class PostgresStore(SearchableStore):
         return dict(self._x("SELECT key, value FROM meta").fetchall())
 
     def documents(self) -> dict[str, DocRecord]:
-        rows = self._x("SELECT doc, content_hash, label, principal, origin, ingested_at, n_chunks FROM documents ORDER BY doc")
-        return {r[0]: DocRecord(*r) for r in rows.fetchall()}
+        rows = self._x("SELECT doc, content_hash, label, principal, origin, ingested_at, n_chunks, collection, meta "
+                       "FROM documents ORDER BY doc")
+        return {r[0]: DocRecord(r[0], r[1], r[2], r[3], r[4], r[5], r[6], r[7], decode_meta(r[8])) for r in rows.fetchall()}
 
     def generation(self) -> int:
         row = self._x("SELECT value FROM meta WHERE key = 'generation'").fetchone()
@@ -157,9 +168,9 @@ class PostgresStore(SearchableStore):
             docs = self.documents()
             rows = []
             if meta.get("dim"):
-                rows = self._x('SELECT id, doc, idx, start, "end", text, embedding::text, label FROM chunks '
+                rows = self._x('SELECT id, doc, idx, start, "end", text, embedding::text, label, page FROM chunks '
                                "ORDER BY doc, idx").fetchall()
-        chunks = [Chunk(r[0], r[1], r[2], r[3], r[4], r[5]) for r in rows]
+        chunks = [Chunk(r[0], r[1], r[2], r[3], r[4], r[5], r[8]) for r in rows]
         dim = int(meta.get("dim", 0) or 0)
         vectors = (np.array([np.fromstring(r[6][1:-1], sep=",", dtype=np.float32) for r in rows], dtype=np.float32)
                    if rows else np.zeros((0, dim), dtype=np.float32))
@@ -193,16 +204,18 @@ class PostgresStore(SearchableStore):
             with self.conn.cursor() as cur:
                 for u in updates:
                     r = u.record
-                    cur.execute("INSERT INTO documents VALUES (%s,%s,%s,%s,%s,%s,%s)",
-                                (r.doc, r.content_hash, r.label, r.principal, r.origin, r.ingested_at, len(u.chunks)))
+                    cur.execute("INSERT INTO documents (doc, content_hash, label, principal, origin, ingested_at, n_chunks, "
+                                "collection, meta) VALUES (%s,%s,%s,%s,%s,%s,%s,%s,%s)",
+                                (r.doc, r.content_hash, r.label, r.principal, r.origin, r.ingested_at, len(u.chunks),
+                                 r.collection, encode_meta(r.meta)))
                 hashes = [h for u in updates for h in u.text_hashes]
                 vectors = [v for u in updates for v in u.vectors]
-                rows = [(c.id, c.doc, c.index, c.start, c.end, c.text, h, u.record.label, vector_literal(v),
+                rows = [(c.id, c.doc, c.index, c.start, c.end, c.text, h, u.record.label, c.page, vector_literal(v),
                          list(tf), list(tf.values()), dl,
                          sparse_literal(bm25_doc_weights(tf, dl, weighted_with, self.k1, self.b)))
                         for (u, c, tf, dl), h, v in zip(prepared, hashes, vectors)]
-                cur.executemany('INSERT INTO chunks (id, doc, idx, start, "end", text, text_hash, label, embedding, '
-                                "terms, tfs, dl, bm25) VALUES (%s,%s,%s,%s,%s,%s,%s,%s,%s::vector,%s,%s,%s,%s::sparsevec)",
+                cur.executemany('INSERT INTO chunks (id, doc, idx, start, "end", text, text_hash, label, page, embedding, '
+                                "terms, tfs, dl, bm25) VALUES (%s,%s,%s,%s,%s,%s,%s,%s,%s,%s::vector,%s,%s,%s,%s::sparsevec)",
                                 rows)
             for u in updates:
                 self._count_terms(u.record.doc, +1)
@@ -256,7 +269,7 @@ class PostgresStore(SearchableStore):
     # ------------------------------------------------------------ server-side search
 
     def search(self, query: str, qvec: np.ndarray, labels: list[str] | None, n: int = 100,
-               ef_search: int = 200) -> tuple[list[tuple[Chunk, float, float]], float]:
+               ef_search: int = 200, docs: list[str] | None = None) -> tuple[list[tuple[Chunk, float, float]], float]:
         """Candidates for ``query``: the union of the BM25 and the HNSW top-``n``
         (only chunks whose label is in ``labels``), each with BOTH raw leg scores.
         IDF and the chunk count come from the same labels only; document lengths are
@@ -267,6 +280,8 @@ class PostgresStore(SearchableStore):
         """
         terms = sorted({term_id(t) for t in bm25_tokens(query)})
         label_sql, label_args = ("AND label = ANY(%s)", [labels]) if labels is not None else ("", [])
+        # the filter narrows candidates only: IDF and the ceiling stay those of the caller's labels
+        doc_sql, doc_args = ("AND doc = ANY(%s)", [docs]) if docs is not None else ("", [])
         with self.lock, self.conn.transaction():
             self._x(f"SET LOCAL hnsw.ef_search = {int(ef_search)}")  # 200: recall@10 >= 0.98 in benchmarks/scale.py
             self._x("SET LOCAL hnsw.iterative_scan = relaxed_order")
@@ -277,19 +292,20 @@ class PostgresStore(SearchableStore):
             q_sparse = sparse_literal({t: lucene_idf(dfs[t], n_chunks) for t in terms if t in dfs})
             qv = vector_literal(qvec)
             ids = [r[0] for r in self._x(
-                f"SELECT id FROM chunks WHERE embedding IS NOT NULL {label_sql} ORDER BY embedding <=> %s::vector LIMIT %s",
-                (*label_args, qv, n)).fetchall()]
+                f"SELECT id FROM chunks WHERE embedding IS NOT NULL {label_sql} {doc_sql} ORDER BY embedding <=> %s::vector LIMIT %s",
+                (*label_args, *doc_args, qv, n)).fetchall()]
             if dfs:
                 ids += [r[0] for r in self._x(
-                    f"SELECT id FROM chunks WHERE terms && %s::bigint[] {label_sql} ORDER BY bm25 <#> %s::sparsevec, id LIMIT %s",
-                    (list(dfs), *label_args, q_sparse, n)).fetchall()]
-            rows = self._x('SELECT id, doc, idx, start, "end", text, -(bm25 <#> %s::sparsevec), '
+                    f"SELECT id FROM chunks WHERE terms && %s::bigint[] {label_sql} {doc_sql} "
+                    "ORDER BY bm25 <#> %s::sparsevec, id LIMIT %s",
+                    (list(dfs), *label_args, *doc_args, q_sparse, n)).fetchall()]
+            rows = self._x('SELECT id, doc, idx, start, "end", text, page, -(bm25 <#> %s::sparsevec), '
                            "1 - (embedding <=> %s::vector) FROM chunks WHERE id = ANY(%s) ORDER BY doc, idx",
                            (q_sparse, qv, list(dict.fromkeys(ids)))).fetchall()
         # Terms no chunk has get the highest IDF, as in the in-memory scorer.
         tokens = bm25_tokens(query)
         ceiling = sum(lucene_idf(dfs.get(term_id(t), 0), n_chunks) for t in tokens)
-        return [(Chunk(*r[:6]), float(r[6] or 0.0), float(r[7])) for r in rows], ceiling
+        return [(Chunk(*r[:7]), float(r[7] or 0.0), float(r[8])) for r in rows], ceiling
 
     def relabel(self, doc: str, label: str) -> int:
         with self.lock, self.conn.transaction():

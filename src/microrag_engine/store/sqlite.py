@@ -15,19 +15,34 @@ import numpy as np
 
 from ..errors import MicroRAGError
 from ..types import Chunk
-from .base import FORMAT_VERSION, DocRecord, DocUpdate, Snapshot, Store, check_snapshot
+from .base import FORMAT_VERSION, DocRecord, DocUpdate, Snapshot, Store, check_snapshot, decode_meta, encode_meta
 
 SCHEMA = """
 CREATE TABLE IF NOT EXISTS meta (key TEXT PRIMARY KEY, value TEXT NOT NULL);
 CREATE TABLE IF NOT EXISTS documents (
   doc TEXT PRIMARY KEY, content_hash TEXT NOT NULL, label TEXT NOT NULL,
-  principal TEXT NOT NULL, origin TEXT NOT NULL, ingested_at TEXT NOT NULL, n_chunks INTEGER NOT NULL);
+  principal TEXT NOT NULL, origin TEXT NOT NULL, ingested_at TEXT NOT NULL, n_chunks INTEGER NOT NULL,
+  collection TEXT NOT NULL DEFAULT '', meta TEXT NOT NULL DEFAULT '{}');
 CREATE TABLE IF NOT EXISTS chunks (
   id TEXT PRIMARY KEY, doc TEXT NOT NULL REFERENCES documents(doc) ON DELETE CASCADE,
   idx INTEGER NOT NULL, start INTEGER NOT NULL, "end" INTEGER NOT NULL, text TEXT NOT NULL,
-  text_hash TEXT NOT NULL, vector BLOB NOT NULL, UNIQUE (doc, idx));
+  text_hash TEXT NOT NULL, vector BLOB NOT NULL, page INTEGER NOT NULL DEFAULT 0, UNIQUE (doc, idx));
 CREATE INDEX IF NOT EXISTS chunks_doc ON chunks(doc);
 """
+
+
+# Columns added after format 1 shipped, with defaults that read old rows correctly: an
+# index written by an older microrag opens and gains them (a new one never lacks them).
+ADDED_COLUMNS = {"documents": [("collection", "TEXT NOT NULL DEFAULT ''"), ("meta", "TEXT NOT NULL DEFAULT '{}'")],
+                 "chunks": [("page", "INTEGER NOT NULL DEFAULT 0")]}
+
+
+def _add_columns(db: sqlite3.Connection) -> None:
+    for table, columns in ADDED_COLUMNS.items():
+        have = {row[1] for row in db.execute(f"PRAGMA table_info({table})")}
+        for name, decl in columns:
+            if name not in have:
+                db.execute(f"ALTER TABLE {table} ADD COLUMN {name} {decl}")
 
 
 class SQLiteStore(Store):
@@ -45,6 +60,7 @@ class SQLiteStore(Store):
             self.db.execute("PRAGMA synchronous=FULL")  # a commit survives power loss, not just a crash
             self.db.execute("PRAGMA foreign_keys=ON")
             self.db.executescript(SCHEMA)
+            _add_columns(self.db)
             version = self.meta().get("format_version")
         except sqlite3.DatabaseError as exc:
             raise MicroRAGError(f"{self.file} is not a microRAG index ({exc})") from None
@@ -64,9 +80,9 @@ class SQLiteStore(Store):
         return dict(self.db.execute("SELECT key, value FROM meta").fetchall())
 
     def documents(self) -> dict[str, DocRecord]:
-        rows = self.db.execute(
-            "SELECT doc, content_hash, label, principal, origin, ingested_at, n_chunks FROM documents ORDER BY doc")
-        return {r[0]: DocRecord(*r) for r in rows}
+        rows = self.db.execute("SELECT doc, content_hash, label, principal, origin, ingested_at, n_chunks, collection, meta "
+                               "FROM documents ORDER BY doc")
+        return {r[0]: DocRecord(r[0], r[1], r[2], r[3], r[4], r[5], r[6], r[7], decode_meta(r[8])) for r in rows}
 
     def generation(self) -> int:
         row = self.db.execute("SELECT value FROM meta WHERE key='generation'").fetchone()
@@ -78,11 +94,11 @@ class SQLiteStore(Store):
             meta = self.meta()
             docs = self.documents()
             rows = self.db.execute(
-                'SELECT c.id, c.doc, c.idx, c.start, c."end", c.text, c.vector, d.label '
+                'SELECT c.id, c.doc, c.idx, c.start, c."end", c.text, c.vector, d.label, c.page '
                 "FROM chunks c JOIN documents d ON d.doc = c.doc ORDER BY c.doc, c.idx").fetchall()
         finally:
             self.db.execute("COMMIT")
-        chunks = [Chunk(r[0], r[1], r[2], r[3], r[4], r[5]) for r in rows]
+        chunks = [Chunk(r[0], r[1], r[2], r[3], r[4], r[5], r[8]) for r in rows]
         dim = int(meta.get("dim", 0) or 0)
         vectors = (np.vstack([np.frombuffer(r[6], dtype=np.float32) for r in rows]) if rows
                    else np.zeros((0, dim), dtype=np.float32))
@@ -100,11 +116,12 @@ class SQLiteStore(Store):
             for u in updates:
                 r = u.record
                 db.execute("DELETE FROM documents WHERE doc = ?", (r.doc,))  # cascades to its chunks
-                db.execute("INSERT INTO documents VALUES (?,?,?,?,?,?,?)",
-                           (r.doc, r.content_hash, r.label, r.principal, r.origin, r.ingested_at, len(u.chunks)))
+                db.execute("INSERT INTO documents VALUES (?,?,?,?,?,?,?,?,?)",
+                           (r.doc, r.content_hash, r.label, r.principal, r.origin, r.ingested_at, len(u.chunks),
+                            r.collection, encode_meta(r.meta)))
                 db.executemany(
-                    'INSERT INTO chunks (id, doc, idx, start, "end", text, text_hash, vector) VALUES (?,?,?,?,?,?,?,?)',
-                    [(c.id, c.doc, c.index, c.start, c.end, c.text, h, np.asarray(v, dtype=np.float32).tobytes())
+                    'INSERT INTO chunks (id, doc, idx, start, "end", text, text_hash, vector, page) VALUES (?,?,?,?,?,?,?,?,?)',
+                    [(c.id, c.doc, c.index, c.start, c.end, c.text, h, np.asarray(v, dtype=np.float32).tobytes(), c.page)
                      for c, h, v in zip(u.chunks, u.text_hashes, u.vectors)])
             for k, v in {**meta, "format_version": str(FORMAT_VERSION), "generation": str(gen)}.items():
                 db.execute("INSERT OR REPLACE INTO meta VALUES (?, ?)", (k, str(v)))

@@ -14,14 +14,16 @@ import logging
 import re
 import time
 from dataclasses import dataclass
+from typing import Annotated
 
 from fastapi import APIRouter, Depends, HTTPException
 from fastapi.responses import StreamingResponse
-from pydantic import BaseModel, Field
+from pydantic import BaseModel, Field, StringConstraints
 
 from ... import guard
 from ...engine import Answer, Engine
 from ...errors import LLMError, MicroRAGError
+from ...store.base import DocFilter
 from ...tools import FileTool
 from ...types import Retrieval
 from ..auth import Principal
@@ -31,11 +33,22 @@ from ..defences import naive_blocked, naive_despace, naive_output
 log = logging.getLogger("microrag")
 
 
+FilterField = Annotated[str, StringConstraints(pattern=r"^[A-Za-z_][A-Za-z0-9_.-]{0,63}$")]
+FilterGlob = Annotated[str, StringConstraints(max_length=200)]
+
+
 class QueryIn(BaseModel):
     query: str = Field(min_length=1, max_length=4000)
     top_k: int | None = Field(default=None, ge=1, le=50)
     stream: bool = False
     verify: bool | None = None  # None: the server's default
+    # Query-time filters (FIELD -> glob; see store.base.DocFilter), within the caller's clearance.
+    where: dict[FilterField, FilterGlob] = Field(default_factory=dict, max_length=8)
+    exclude: dict[FilterField, FilterGlob] = Field(default_factory=dict, max_length=8)
+
+    def filter(self) -> DocFilter | None:
+        found = DocFilter(tuple(self.where.items()), tuple(self.exclude.items()))
+        return found or None
 
 
 @dataclass
@@ -72,6 +85,7 @@ def router(ctx: ServerContext) -> APIRouter:
         verdict = guard.injection_check(body.query) if check_input else None
         flags = [f"input: {r}" for r in verdict.reasons] if verdict and verdict.suspicious else []
         safe_query, secrets = guard.redact(body.query)
+        safe_query = guard.canonical(safe_query)  # the audit reads what the checks read (no invisible characters)
         # What was sent, for investigators (an obfuscated attack reads differently once
         # canonicalised) - unless it holds a secret, which never enters the audit trail.
         # (keyed with the server's own secret: a plain hash of a short secret could be guessed offline)
@@ -83,7 +97,7 @@ def router(ctx: ServerContext) -> APIRouter:
         if eng is None:
             raise MicroRAGError("the index is empty; ingest documents first")
         r = eng.retrieve(body.query, safeguards=True, labels=sorted(who.clearance), scoped=on.scoped_statistics,
-                         top_k=body.top_k or None)
+                         top_k=body.top_k or None, where=body.filter())
         check = cfg.verify if body.verify is None else body.verify
         records = eng.records  # loaded with the engine: no store round trip per query
         sources = [{"doc": h.chunk.doc, "chunk": h.chunk.index, "id": h.chunk.id, "hybrid": h.hybrid, "kw": h.kw,

@@ -1,0 +1,144 @@
+"""Ingest: ids that carry their collection, no silent overwrites, files that are gone, one DLP policy."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+
+from microrag_engine.config import preset
+from microrag_engine.engine import Engine
+from microrag_engine.errors import CorpusError
+from microrag_engine.ingest import ingest_paths
+from microrag_engine.store.base import DocFilter
+from microrag_engine.store.sqlite import SQLiteStore
+
+SEED = preset("seed")
+DEFAULT = preset("default")
+
+
+def write(folder: Path, files: dict[str, str]) -> Path:
+    for name, text in files.items():
+        (folder / name).parent.mkdir(parents=True, exist_ok=True)
+        (folder / name).write_text(text)
+    return folder
+
+
+def body(topic: str) -> str:
+    return f"# {topic.title()}\n\n" + f"This page explains {topic} in depth for new users. " * 6
+
+
+@pytest.fixture
+def store(tmp_path):
+    s = SQLiteStore(tmp_path / "ix")
+    yield s
+    s.close()
+
+
+def test_two_projects_docs_folders_keep_all_their_documents(store, tmp_path):
+    first = write(tmp_path / "alpha" / "docs", {"index.md": body("alpha setup"), "async.md": body("alpha async")})
+    second = write(tmp_path / "beta" / "docs", {"index.md": body("beta setup"), "cors.md": body("beta cors")})
+    ingest_paths(store, [first], SEED)
+    with pytest.raises(CorpusError) as refused:  # same folder name, another folder: refused, not replaced
+        ingest_paths(store, [second], SEED)
+    assert "--collection" in str(refused.value) and "\n" not in str(refused.value)
+    assert set(store.documents()) == {"docs/index.md", "docs/async.md"}
+    report = ingest_paths(store, [second], SEED, collection="beta")
+    assert sorted(report.added) == ["beta/cors.md", "beta/index.md"] and not report.changed
+    assert set(store.documents()) == {"docs/index.md", "docs/async.md", "beta/index.md", "beta/cors.md"}
+    again = ingest_paths(store, [first], SEED)  # re-ingesting a root is idempotent
+    assert again.changes == 0 and len(again.unchanged) == 2
+
+
+def test_a_single_file_keeps_the_id_it_has_in_its_folder(store, tmp_path):
+    docs = write(tmp_path / "docs", {"tutorial/cors.md": body("cors"), "index.md": body("home")})
+    ingest_paths(store, [docs], SEED)
+    (docs / "tutorial" / "cors.md").write_text(body("cross origin requests"))
+    report = ingest_paths(store, [docs / "tutorial" / "cors.md"], SEED)
+    assert report.changed == ["docs/tutorial/cors.md"] and not report.added
+    assert set(store.documents()) == {"docs/tutorial/cors.md", "docs/index.md"}
+    # a file from nowhere indexed yet is named after its own folder
+    loose = write(tmp_path / "notes", {"todo.md": body("todo list")})
+    assert ingest_paths(store, [loose / "todo.md"], SEED).added == ["notes/todo.md"]
+
+
+def test_files_that_are_gone_are_reported_and_pruned_on_request(store, tmp_path):
+    docs = write(tmp_path / "docs", {"a.md": body("apples"), "b.md": body("bananas")})
+    ingest_paths(store, [docs], SEED)
+    (docs / "b.md").unlink()
+    kept = ingest_paths(store, [docs], SEED)
+    assert kept.gone == ["docs/b.md"] and not kept.removed and "docs/b.md" in store.documents()
+    assert "--prune" in kept.summary()
+    pruned = ingest_paths(store, [docs], SEED, prune=True)
+    assert pruned.removed == ["docs/b.md"] and not pruned.gone and set(store.documents()) == {"docs/a.md"}
+
+
+def test_an_index_built_before_collections_keeps_its_ids(store, tmp_path):
+    docs = write(tmp_path / "docs", {"a.md": body("apples")})
+    ingest_paths(store, [docs], SEED, collection="")  # how indexes were built before ids carried a collection
+    again = ingest_paths(store, [docs], SEED)
+    assert again.changes == 0 and set(store.documents()) == {"a.md"}
+
+
+def test_a_bad_collection_name_is_one_clear_error(store, tmp_path):
+    docs = write(tmp_path / "docs", {"a.md": body("apples")})
+    with pytest.raises(CorpusError, match="invalid collection name"):
+        ingest_paths(store, [docs], SEED, collection="../etc")
+
+
+# ---------------------------------------------------------------- query-time filters
+
+FILTERED = {
+    "guide/oauth.md": "---\nversion: 2\n---\n# OAuth tokens\n\n" + "Rotate the OAuth token every ninety days. " * 5,
+    "guide/cors.md": "# CORS\n\n" + "Configure CORS so the token endpoint answers browsers. " * 5,
+    "CHANGELOG.md": "# Changelog\n\n" + "Token rotation changed in release two. " * 5,
+}
+
+
+@pytest.mark.parametrize("where, exclude, expect", [
+    (["path=guide/*"], None, {"docs/guide/oauth.md", "docs/guide/cors.md"}),
+    (None, ["path=*changelog*"], {"docs/guide/oauth.md", "docs/guide/cors.md"}),
+    (["title=*oauth*"], None, {"docs/guide/oauth.md"}),
+    (["version=2"], None, {"docs/guide/oauth.md"}),
+    (["collection=docs", "path=*.md"], ["title=CORS"], {"docs/guide/oauth.md", "docs/CHANGELOG.md"}),
+])
+def test_filters_narrow_what_a_query_draws_from(store, tmp_path, where, exclude, expect):
+    ingest_paths(store, [write(tmp_path / "docs", FILTERED)], SEED)
+    engine = Engine.from_store(store, SEED)
+    hits = engine.retrieve("token", where=DocFilter.parse(where, exclude), top_k=10).hits
+    assert {h.chunk.doc for h in hits} == expect
+
+
+def test_a_filter_that_matches_nothing_refuses(store, tmp_path):
+    ingest_paths(store, [write(tmp_path / "docs", FILTERED)], SEED)
+    out = Engine.from_store(store, SEED).retrieve("token", where=DocFilter.parse(["path=nowhere/*"]))
+    assert out.refused and not out.hits and "filter" in out.reason
+
+
+def test_filters_work_on_in_memory_corpora(tmp_path):
+    engine = Engine.from_paths([write(tmp_path / "docs", FILTERED)], SEED)
+    hits = engine.retrieve("token", where=DocFilter.parse(["title=CORS"]), top_k=10).hits
+    assert {h.chunk.doc for h in hits} == {"guide/cors.md"}
+
+
+# ---------------------------------------------------------------- DLP: one policy, named documents
+
+
+def test_ingest_names_each_changed_document_and_never_a_value(store, tmp_path):
+    docs = write(tmp_path / "docs", {
+        "ops.md": "# Ops\n\nThe staging database password is Zq8!vN2kLm4R and the key AKIAIOSFODNN7EXAMPLE.\n",
+        "api.md": "# API\n\nUse `secrets.compare_digest()` and OAuth2PasswordRequestForm with SECRET_KEY.\n",
+    })
+    report = ingest_paths(store, [docs], DEFAULT)
+    assert set(report.findings) == {"docs/ops.md"}  # code that names secrets is not a secret
+    lines = report.dlp_lines()
+    assert lines == ["DLP docs/ops.md: 1 aws_access_key, 1 secret_in_context"]
+    assert "Zq8!" not in "\n".join(lines)
+    stored = " ".join(c.text for c in store.snapshot().chunks)
+    assert "Zq8!vN2kLm4R" not in stored and "secrets.compare_digest()" in stored and "OAuth2PasswordRequestForm" in stored
+
+
+def test_corpus_runs_apply_the_same_dlp_as_ingest(tmp_path):
+    docs = write(tmp_path / "docs", {"ops.md": "# Ops\n\nThe staging database password is Zq8!vN2kLm4R today.\n"})
+    engine = Engine.from_paths([docs], DEFAULT)
+    assert "Zq8!vN2kLm4R" not in engine.index.chunks[0].text and "[REDACTED" in engine.index.chunks[0].text
