@@ -15,7 +15,7 @@ from __future__ import annotations
 
 import getpass
 import hashlib
-from collections.abc import Iterable
+from collections.abc import Callable, Iterable
 from dataclasses import dataclass, field, replace
 from datetime import UTC, datetime
 from pathlib import Path
@@ -150,7 +150,7 @@ def ingest_documents(
     principal: str | None = None,
     origins: dict[str, str] | None = None,
     prune_missing: Iterable[str] = (),
-    progress: bool = False,
+    progress: bool | Callable[[int, int], None] = False,
     visible: bool = True,
     extra_meta: dict[str, str] | None = None,
 ) -> IngestReport:
@@ -171,7 +171,10 @@ def ingest_documents(
     docs = list(docs)
     from tqdm import tqdm  # a bar on stderr, only when asked (the CLI asks on a TTY)
 
-    for doc in tqdm(docs, desc="ingesting", unit="doc", disable=not progress, leave=False):
+    # True: a bar (a terminal); a callable: told (done, total) after each document (logs, CI)
+    for done, doc in enumerate(tqdm(docs, desc="ingesting", unit="doc", disable=progress is not True, leave=False)):
+        if callable(progress):
+            progress(done, len(docs))
         if doc.path in seen:
             raise CorpusError(f"two inputs both map to document {doc.path!r}; ingest them separately or rename one")
         seen.add(doc.path)
@@ -262,7 +265,7 @@ def ingest_paths(
     label: str | None = None,
     prune: bool = False,
     principal: str | None = None,
-    progress: bool = False,
+    progress: bool | Callable[[int, int], None] = False,
     collection: str | None = None,
 ) -> IngestReport:
     """Ingest every readable file under ``paths``. Ids carry their collection (``resolve_source``;

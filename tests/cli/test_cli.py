@@ -123,3 +123,14 @@ def test_help_explains_the_commands():
     sub = run_cli("retrieve", "--help")
     for flag in ("--corpus", "--preset", "--top-k", "--w-kw", "--json"):
         assert flag in sub.stdout
+
+
+def test_ingest_without_a_terminal_reports_progress_in_lines(capsys, monkeypatch):
+    from microrag_engine.cli import index
+
+    tell = index.every(0.0)  # every call is "due"
+    tell(3, 12)
+    assert capsys.readouterr().err == "microrag: ingesting: 3/12 documents (25%)\n"
+    quiet = index.every(3600.0)
+    quiet(1, 2)
+    assert capsys.readouterr().err == ""  # not yet due: nothing

@@ -11,6 +11,8 @@ from __future__ import annotations
 import argparse
 import json
 import sys
+import time
+from collections.abc import Callable
 
 from ..config import override
 from ..ingest import IngestReport, delete_documents, ingest_paths
@@ -70,8 +72,11 @@ def cmd_ingest(args: argparse.Namespace) -> int:
     store = open_store(_location(args), create=True)
     try:
         settings = override(settings_for(args, args.preset or preset_for(store.meta())), dlp=args.dlp)
-        report = ingest_paths(store, args.paths, settings, label=args.label, prune=args.prune,
-                              progress=sys.stderr.isatty() and not args.quiet, collection=args.collection)
+        progress: bool | Callable[[int, int], None] = False
+        if not args.quiet:
+            progress = True if sys.stderr.isatty() else every(PROGRESS_SECONDS)
+        report = ingest_paths(store, args.paths, settings, label=args.label, prune=args.prune, progress=progress,
+                              collection=args.collection)
         _print(args, {**report.__dict__, "changes": report.changes}, _report_text(args, report))
         if args.watch:
             if not args.quiet:
@@ -81,6 +86,20 @@ def cmd_ingest(args: argparse.Namespace) -> int:
     finally:
         store.close()
     return 0
+
+
+PROGRESS_SECONDS = 10.0  # without a terminal (logs, CI): one progress line at most this often
+
+
+def every(seconds: float) -> Callable[[int, int], None]:
+    """A progress callback that writes one line on stderr at most every ``seconds``."""
+    last = [time.monotonic()]
+
+    def tell(done: int, total: int) -> None:
+        if time.monotonic() - last[0] >= seconds:
+            last[0] = time.monotonic()
+            diag(f"ingesting: {done}/{total} documents ({100 * done // max(total, 1)}%)")
+    return tell
 
 
 def _report_text(args: argparse.Namespace, report: IngestReport) -> str:
