@@ -84,6 +84,8 @@ _EXAMPLE_DOMAIN = rx.compile(r"(?i)(?:^|\.)(?:example\.(?:com|org|net)|example|t
 _PHONE = [
     rx.compile(r"(?:^|[^\pL\pN_+])(\+\pN{1,3}(?:[ .-]?\(?\pN{1,4}\)?){2,5}[ .-]?\pN{2,4})"),
     rx.compile(r"(?:^|[^\pL\pN_+.-])(\(?\pN{3}\)?[ .-]\pN{3}[ .-]\pN{4})"),
+    # national formats with a trunk 0: UK 07700 900123 / 020 7946 0958, France 06 12 34 56 78
+    rx.compile(r"(?:^|[^\pL\pN_+.-])(0\pN{4}[ ]?\pN{6}|0\pN{2}[ ]\pN{4}[ ]\pN{4}|0[1-9](?:[ .]\pN{2}){4})"),
 ]
 
 
@@ -107,7 +109,7 @@ def _luhn_card(digits: str) -> bool:
 
     # brand prefixes (Visa, Mastercard, Amex, Discover, JCB, Diners) and lengths 13-19
     return (13 <= len(digits) <= 19 and len(set(digits)) > 1 and luhn.is_valid(digits)
-            and rx.compile(r"^(?:4|5[1-5]|2[2-7]|3[47]|6011|65|35|30[0-5]|36|38)").search(digits) is not None)
+            and rx.compile(r"^(?:4|5[1-5]|2[2-7]|3[47]|6011|65|62|35|30[0-5]|36|38)").search(digits) is not None)
 
 
 def _stdnum(module: str) -> Callable[[str], bool]:
@@ -139,8 +141,8 @@ _IDS = [
 _NINO_BAD = frozenset({"BG", "GB", "NK", "KN", "TN", "NT", "ZZ"})
 # Numbers whose shape alone is common (9-12 digits): only after their own name on the line.
 _ID_WORDS = rx.compile(r"(?i)\b(?:ssn|social security|social insurance|sin|bsn|burgerservicenummer|pesel|steuer-?id|"
-                       r"steueridentifikationsnummer|idnr|tax id|aadhaar|nhs|personal id|national id|id number|"
-                       r"identity number|pps)\b")
+                       r"\w*identifikationsnummer|idnr|tax id|tax number|tin|aadhaar|nhs|personal id|national id|id number|"
+                       r"identity number|national insurance|ni number|nino|pps|personnummer|hetu|cpr|nir|dni|nie)\b")
 _ID_NUMBER = rx.compile(r"(?:^|[^\pN_.-])(\pN[\pN ]{7,14}\pN)")
 _KEYED_IDS = [("us_ssn", _stdnum("us.ssn")), ("national_id", _stdnum("nl.bsn")), ("national_id", _stdnum("pl.pesel")),
               ("national_id", _stdnum("de.idnr")), ("national_id", _stdnum("ca.sin")), ("national_id", _stdnum("in_.aadhaar")),
@@ -198,25 +200,50 @@ def _lines(text: str) -> list[tuple[int, str]]:
 # aws_secret_access_key, apiKey, client-secret, "the wifi password is". ("key" alone is
 # every dict's key: only a qualified one counts.)
 _CRED = r"(?:password|passwd|passphrase|pwd|pass|secret|token|key|credentials?)"
-_CRED_WORDS = frozenset("password passwd passphrase pwd pass secret secrets token credential credentials".split())
-_KEY_QUALIFIERS = frozenset("api access secret private signing account license master encryption client auth".split())
+_CRED_WORDS = frozenset("password passwd passphrase pwd pass secret secrets token credential credentials requirepass".split())
+# "key" is a credential only with one of these before it (api_key, AUTH_KEY, appKey) ...
+_KEY_QUALIFIERS = frozenset("api access secret private signing account license master encryption client auth app "
+                            "service shared webhook consumer deploy ssh storage".split())
+# ... and a name ending in one of these holds something *about* a credential, not the credential:
+# token_uri, credentialsId, token_type, password_file, SECRET_NAME, password_length.
+_ABOUT = frozenset("id ids name names file path url uri type length len header field env var ref policy min max "
+                   "expiry expires ttl age prompt label help hint hash hashed format count prefix scheme mode kind".split())
 # key, optional closing quote, operator, value. Group 1: the key; 2: the operator; 3: the value.
+# Operators: assignments, YAML/JSON colons, PHP's define('KEY', 'value'), and prose ("the wifi
+# password is X", "the password for the NAS was reset to X").
 _ASSIGN = rx.compile(
     r"(?i)\b([a-z0-9_.-]*?" + _CRED + r"[a-z0-9_.-]*)[\"'`]?[ \t]*"
-    r"(=>|->|:=|=|:|[ \t](?:for[ \t][^\n]{1,40}?[ \t])?(?:is|was|are)(?:[ \t]+(?:set[ \t]+to|now|still))?)[ \t]*"
-    r"(\"[^\"\n]*\"|'[^'\n]*'|`[^`\n]*`|[^\s,;)}\]\"'`]+)")
+    r"(=>|->|:=|=|:|,[ \t]*(?:[\"'])|[ \t](?:for[ \t][^\n]{1,40}?[ \t])?(?:is|was|are)"
+    r"(?:[ \t]+(?:now|still|set|reset|changed|updated|rotated))?(?:[ \t]+to)?)[ \t]*"
+    r"(\"[^\"\n]*\"|'[^'\n]*'|`[^`\n]*`|[^\s;\"'`]+)")
+# A credential word, then a quoted literal with no operator: pass `C0b@lt!`, password "5^CPt".
+_NAMED_LITERAL = rx.compile(r"(?i)\b(passwords?|passwd|pwd|pass|passphrase|token|secret)[ \t]+(\"[^\"\n]+\"|'[^'\n]+'|`[^`\n]+`)")
+# Command-line flags that take a credential: --password X, --requirepass "X", redis-cli -a X,
+# curl -u user:X; also as the items of a JSON command array ["--requirepass", "X"].
+_FLAG = rx.compile(r"(?i)(--?[a-z0-9-]*(?:pass|password|passwd|pwd|token|secret|api-?key)[a-z0-9-]*|redis-cli\b[^\n]*?\s-a|"
+                   r"\s-u|--user)(?:[ \t=]+|[\"'][ \t]*,[ \t]*)([\"']?)([^\s\"',\]]+)")
+# <password>X</password> in XML configs (Maven settings.xml and alike)
+_XML = rx.compile(r"(?i)<([a-z0-9_.:-]*(?:password|passwd|secret|token|apikey|api-key|api_key)[a-z0-9_.-]*)>([^<\n]{4,})</")
+# Kubernetes/compose env lists: "- name: DB_PASSWORD" with "value: X" on the next line
+_NAME_VALUE = rx.compile(r"(?i)name:[ \t]*[\"']?([a-z0-9_.-]*(?:password|passwd|secret|token|api_?key)[a-z0-9_.-]*)[\"']?[ \t]*\n"
+                         r"[ \t]*-?[ \t]*value:[ \t]*(\"[^\"\n]*\"|'[^'\n]*'|[^\s#]+)")
+# .pgpass: hostname:port:database:username:password
+_PGPASS = rx.compile(r"(?m)^[A-Za-z0-9.*_-]+:(?:\d+|\*):[^\s:]+:[^\s:]+:(\S{4,})$")
+# .netrc and other "keyword value" lines: a line that is just "password VALUE"
+_KEYWORD_LINE = rx.compile(r"(?im)^[ \t]*(?:password|passwd)[ \t]+(\S+)[ \t]*$")
 _SEGMENTS = rx.compile(r"[A-Z]+[a-z]*|[a-z]+|[0-9]+")
-_PLACEHOLDER = rx.compile(r"(?i)^(?:[<{\[$%@&]|.*\$\{|.*\{\{|.*%\(|.*xxx|\*+$|\.+$|•+$|x+$|your[_-]|my[_-]|\[?redacted)")
+_PLACEHOLDER = rx.compile(r"(?i)^(?:[<{\[$@&]|%\(|%\{|%[A-Z_]+%|%s$|%d$|.*\$\{|.*\{\{|.*xxx|\*+$|\.+$|•+$|x+$|your[_-]|my[_-]|"
+                          r"\[?redacted)")
 _NOT_VALUES = frozenset("""none null nil true false undefined required optional str string bytes int bool any secretstr
     secretbytes object dict list empty same different changed stored hashed encrypted valid invalid incorrect wrong
-    correct missing unset set needed used sent given shown ignored deprecated supported enabled disabled example
-    placeholder dummy redacted hidden secret password token key value""".split())
+    correct missing unset set reset needed used sent given shown ignored deprecated supported enabled disabled example
+    placeholder dummy redacted hidden secret password token key value bearer basic jwt refresh access oauth oauth2
+    expired revoked rotated generated""".split())
 _TYPES = rx.compile(r"^(?:Optional|Annotated|Union|SecretStr|SecretBytes|Literal|List|Dict|Tuple|Sequence|Mapping)\b")
 _IDENT = rx.compile(r"^[A-Za-z_][A-Za-z0-9_]*$")
 _DOTTED = rx.compile(r"^[A-Za-z_][A-Za-z0-9_]*(?:\.[A-Za-z_][A-Za-z0-9_]*)+$")
 _LETTERS_ONLY = rx.compile(r"^[A-Za-z]+$")
-_CONFIG_LINE = rx.compile(r"^\s*(?:[-*]\s+|export\s+|set\s+)?[\"'`]?$")  # what may stand before a config key
-_GENERATED = rx.compile(r"[0-9][A-Za-z]|[A-Za-z][0-9]|[a-z][A-Z]|[!#%^&*+=~?@$]")
+_CONFIG_LINE = rx.compile(r"^\s*(?:[-*]\s+|export\s+|set\s+|define\(\s*)?[\"'`]?$")  # what may stand before a config key
 
 
 def _segments(word: str) -> list[str]:
@@ -226,41 +253,68 @@ def _segments(word: str) -> list[str]:
 
 def _names_credential(key: str) -> bool:
     parts = _segments(key)
+    if not parts or parts[-1] in _ABOUT:
+        return False
     return bool(_CRED_WORDS.intersection(parts)) or any(
         p == "key" and i > 0 and parts[i - 1] in _KEY_QUALIFIERS for i, p in enumerate(parts))
 
 
+def _looks_generated(value: str) -> bool:
+    """Letters with digits, a capital inside, a symbol, or a passphrase of joined words."""
+    letters, digits = any(c.isalpha() for c in value), any(c.isdigit() for c in value)
+    inner_capital = any(a.islower() and b.isupper() for a, b in zip(value, value[1:]))
+    symbol = any(c in "!#%^&*+=~?@$" for c in value)
+    joined = value.replace("-", "").replace("_", "").replace(".", "")
+    passphrase = len(value) >= 12 and len(value) - len(joined) >= 2 and joined.isalpha()
+    return len(value) >= 6 and ((letters and digits) or inner_capital or symbol or passphrase)
+
+
 def _is_code(value: str) -> bool:
     """A call, attribute, subscript, type, variable reference or template - not a literal."""
-    return (any(c in value for c in "()[]{}") or value.startswith(("$", "%", "@", "&", "*", "<", "-", "/", "\\"))
+    return (any(c in value for c in "()[]{}") or value.startswith(("$", "@", "&", "*", "<", "-", "/", "\\"))
             or _DOTTED.match(value) is not None or _TYPES.match(value) is not None)
 
 
 def _placeholder(value: str) -> bool:
-    return len(value) < 4 or _PLACEHOLDER.match(value) is not None or value.lower() in _NOT_VALUES
+    return (len(value) < 4 or _PLACEHOLDER.match(value) is not None or value.lower() in _NOT_VALUES
+            or ("://" in value and "@" not in value))  # a URL without credentials in it
 
 
 def _credential_value(value: str, op: str, config_line: bool, key: str, rest_of_line: str) -> bool:
     """Whether ``value`` (after ``key`` and ``op``) is a literal credential rather than code or prose."""
     quoted = value[:1] in "\"'`" and value[-1:] == value[:1] and len(value) >= 2
-    inner = value[1:-1] if quoted else value
+    inner = value[1:-1] if quoted else value.rstrip(",)]}")
     if _placeholder(inner):
         return False
+    bare_key = _segments(key)[-1:] == ["key"]  # SORT_KEY=name is not a secret; APP_KEY=9f2c... is
     if quoted:  # a message, a template or the key's own name is not a password
-        return len(inner.split()) < 3 and not any(c in inner for c in "{}") and inner.lower() != key.lower()
-    if _is_code(inner):
-        return False
+        return (len(inner.split()) < 3 and not any(c in inner for c in "{}") and inner.lower() != key.lower()
+                and (not bare_key or _looks_generated(inner)))
     if op[:1].isspace() or not config_line:
         # mid-sentence or mid-line: only a value that looks generated ("hunter2", "Sup3r!"), not "required"
-        return _GENERATED.search(inner) is not None and len(inner) >= 6
+        return not _is_code(inner) and _looks_generated(inner)
+    if key.isupper() and op in ("=", ":"):
+        # .env and compose files: values are literal strings, whatever characters they hold
+        return not inner.startswith(("$", "<")) and (not bare_key or _looks_generated(inner))
+    if _is_code(inner) or (bare_key and not _looks_generated(inner)):
+        return False
     later = rest_of_line.strip()
     if op == ":" and _IDENT.match(inner) and later[:1] in ("=", "|", ","):
         return False  # a Python annotation: "password: SecretStr = ..."
     if op == ":" and _LETTERS_ONLY.match(inner) and later:
         return False  # "Password: must be at least ..." is a sentence, not a YAML value
-    if op in ("=", ":=") and _IDENT.match(inner) and not key.isupper() and not any(c.isdigit() for c in inner):
+    if op in ("=", ":=") and _IDENT.match(inner) and not any(c.isdigit() for c in inner):
         return False  # Python: password = password (a variable, not a literal)
     return True
+
+
+def _span(m, group: int) -> tuple[int, int]:
+    """A value's span without its quotes."""
+    value = m.group(group)
+    quoted = value[:1] in "\"'`" and value[-1:] == value[:1] and len(value) >= 2
+    if quoted:
+        return m.start(group) + 1, m.end(group) - 1
+    return m.start(group), m.start(group) + len(value.rstrip(",)]}"))
 
 
 def _context_values(text: str) -> list[Finding]:
@@ -269,14 +323,41 @@ def _context_values(text: str) -> list[Finding]:
         key, op, value = m.group(1), m.group(2), m.group(3)
         if not _names_credential(key) or value.startswith("[REDACTED") or text[m.end(2):m.end(2) + 1] == "=":
             continue  # a word that only contains one ("bypass"); already redacted; "==" compares
+        if op.startswith(","):  # define('KEY', 'value'): the operator took the value's opening quote
+            if text[m.end(3):m.end(3) + 1] != op[-1]:
+                continue
+            value = op[-1] + value + op[-1]
         line_start = text.rfind("\n", 0, m.start(1)) + 1
         line_end = text.find("\n", m.end(3))
         rest = text[m.end(3): line_end if line_end >= 0 else len(text)]
         config_line = _CONFIG_LINE.match(text[line_start:m.start(1)]) is not None
-        if _credential_value(value, op.strip() or op, config_line, key, rest):
-            quoted = value[:1] in "\"'`" and value[-1:] == value[:1] and len(value) >= 2
-            start, end = (m.start(3) + 1, m.end(3) - 1) if quoted else (m.start(3), m.end(3))
+        if _credential_value(value, op.strip() if op.strip() else op, config_line, key, rest):
+            start, end = (m.start(3), m.end(3)) if op.startswith(",") else _span(m, 3)
             out.append(Finding("secret_in_context", start, end))
+    for m in _NAMED_LITERAL.finditer(text):
+        inner = m.group(2)[1:-1]
+        if not _placeholder(inner) and not _IDENT.match(inner) and not _is_code(inner) and " " not in inner.strip():
+            out.append(Finding("secret_in_context", m.start(2) + 1, m.end(2) - 1))
+    for m in _FLAG.finditer(text):
+        value = m.group(3)
+        if m.group(1).strip().lower() in ("-u", "--user"):  # curl -u user:password (-U: proxy user)
+            user, sep, secret = value.partition(":")
+            if sep and secret and not _placeholder(secret) and not secret.startswith("$"):
+                out.append(Finding("secret_in_context", m.start(3) + len(user) + 1, m.end(3)))
+        elif not _placeholder(value) and not _is_code(value) and (m.group(2) or _looks_generated(value)):
+            out.append(Finding("secret_in_context", m.start(3), m.end(3)))
+    for m in _XML.finditer(text):
+        if _names_credential(m.group(1)) and not _placeholder(m.group(2).strip()):
+            out.append(Finding("secret_in_context", m.start(2), m.end(2)))
+    for m in _NAME_VALUE.finditer(text):
+        value = m.group(2)
+        inner = value[1:-1] if value[:1] in "\"'" else value
+        if _names_credential(m.group(1)) and not _placeholder(inner) and not inner.startswith(("$", "{")):
+            out.append(Finding("secret_in_context", *_span(m, 2)))
+    for pattern in (_PGPASS, _KEYWORD_LINE):
+        for m in pattern.finditer(text):
+            if not _placeholder(m.group(1)) and _looks_generated(m.group(1)):
+                out.append(Finding("secret_in_context", m.start(1), m.end(1)))
     return out
 
 
@@ -319,27 +400,37 @@ def _cells(line: str) -> list[tuple[int, str]]:
 
 
 def _table_columns(text: str) -> list[Finding]:
-    """Cells under a column headed by a credential word ("| Account | Password |")."""
+    """Cells under a column headed by a credential word ("| Account | Password |"), and numbers
+    under one headed by an id's name ("| Employee | National ID |") that validate as one."""
     out: list[Finding] = []
     lines = _lines(text)
     for i, (_, line) in enumerate(lines[:-1]):
         if "|" not in line or not _TABLE_SEP.match(lines[i + 1][1]):
             continue
-        columns = {j for j, (_, h) in enumerate(_cells(line)) if _names_credential(h)}
-        for start, row in lines[i + 2:] if columns else []:
+        header = _cells(line)
+        secrets = {j for j, (_, h) in enumerate(header) if _names_credential(h)}
+        ids = {j for j, (_, h) in enumerate(header) if _ID_WORDS.search(h)}
+        for start, row in lines[i + 2:] if secrets or ids else []:
             if "|" not in row:
                 break
             for j, (at, cell) in enumerate(_cells(row)):
                 value = cell.strip().strip("`\"'")
-                if j in columns and value and " " not in value and not _placeholder(value) and not _is_code(value):
-                    begin = start + at + cell.index(value)
+                if not value:
+                    continue
+                begin = start + at + cell.index(value)
+                if j in secrets and " " not in value and not _placeholder(value) and not _is_code(value):
                     out.append(Finding("secret_in_context", begin, begin + len(value)))
+                elif j in ids and sum(c.isdigit() for c in value) >= 6:
+                    kind = next((k for k, check in _KEYED_IDS if check(value)), None)
+                    if kind:
+                        out.append(Finding(kind, begin, begin + len(value)))
     return out
 
 
 # ---------------------------------------------------------------- random-looking tokens
 
-_TOKEN = rx.compile(r"[A-Za-z0-9+/_=.-]{20,}")
+_TOKEN = rx.compile(r"[A-Za-z0-9+/_.-]{20,}={0,2}")
+_PUBLIC_KEY = rx.compile(r"(?:ssh-(?:rsa|ed25519|dss)|ecdsa-sha2-nistp\d+|sk-ssh-ed25519@openssh\.com)[ \t]+$")
 _WORDISH = rx.compile(r"[A-Z]?[a-z]{2,}|[A-Z]{2,}")
 
 
@@ -363,6 +454,20 @@ def _random_token(tok: str) -> bool:
     return letters == 0 or in_words / letters < 0.6
 
 
+def _public_pem(token: str) -> bool:
+    """A base64 blob that decodes to a certificate or public key (kubeconfig's certificate-authority-data)."""
+    if not token.startswith("LS0tLS1CRUdJTi"):  # "-----BEGIN" in base64
+        return False
+    import base64
+    import binascii
+
+    try:
+        head = base64.b64decode(token[:64] + "=" * (-len(token[:64]) % 4))[:40]
+    except (binascii.Error, ValueError):
+        return False
+    return b"CERTIFICATE" in head or b"PUBLIC KEY" in head
+
+
 def _tokens(text: str) -> list[Finding]:
     out = []
     for m in _TOKEN.finditer(text):
@@ -371,6 +476,8 @@ def _tokens(text: str) -> list[Finding]:
         word_start = max(text.rfind(c, max(0, m.start() - 2048), m.start()) for c in " \t\n\"'`(<[") + 1
         if "://" in text[word_start:m.start()] and text[m.start() - 1] != "=":
             continue  # a URL's path or fragment; a value in its query ("?sig=...") still counts
+        if _PUBLIC_KEY.search(text[max(0, m.start() - 40):m.start()]) or _public_pem(m.group(0)):
+            continue  # an SSH public key or a base64 certificate: published on purpose
         out.append(Finding("high_entropy_token", m.start(), m.end()))
     return out
 
