@@ -155,3 +155,13 @@ def test_rx_refuses_backtracking_syntax():
 
     with pytest.raises(re2.error):
         rx.compile(r"(?<!x)a")  # lookbehind: not something RE2 can run in linear time
+
+
+@pytest.mark.parametrize("unit", ["| password | token |\n|---|---|\n", "| SSN |\n|---|\n| 536-22-8745 |\n", "password: x\n",
+                                  "- name: DB_PASSWORD\n  value: ", "-----BEGIN PRIVATE KEY-----\n", "h:1:d:u:p\n",
+                                  "4111 ", "DE89 ", "--password ", "define('AUTH_KEY', '", "LS0tLS1CRUdJTi", "0 12 34 "])
+def test_dlp_structures_grow_linearly(unit):
+    """The DLP's line and table walks, not only its patterns: repeated tables, key lines, numbers."""
+    name, t_small, t_big = _measure(unit, "")
+    assert t_big <= CEILING_S and (t_big <= FLOOR_S or t_big / max(t_small, 1e-4) <= MAX_RATIO), (
+        f"{name}: {t_small * 1e3:.1f} ms -> x{GROWTH}: {t_big * 1e3:.1f} ms on {unit!r} * n")

@@ -411,8 +411,8 @@ def _table_columns(text: str) -> list[Finding]:
         secrets = {j for j, (_, h) in enumerate(header) if _names_credential(h)}
         ids = {j for j, (_, h) in enumerate(header) if _ID_WORDS.search(h)}
         for start, row in lines[i + 2:] if secrets or ids else []:
-            if "|" not in row:
-                break
+            if "|" not in row or _TABLE_SEP.match(row):
+                break  # the table ended, or another began (so each row is read under one header: linear)
             for j, (at, cell) in enumerate(_cells(row)):
                 value = cell.strip().strip("`\"'")
                 if not value:

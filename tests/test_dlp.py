@@ -1,0 +1,103 @@
+"""DLP detectors: values in credential contexts are found; code, names and placeholders are not.
+
+The benchmark (benchmarks/dlp_report.py) measures recall and false findings on corpora;
+these are the cases each rule exists for, so a regression names the rule it broke.
+"""
+
+from __future__ import annotations
+
+import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
+
+from microrag_engine import dlp
+from microrag_engine.guard import redact
+
+# Technical documentation (issue #16's list, and what the negatives benchmark turned up):
+# each names or shows a credential's *kind*, never a value.
+TECH_DOCS = [
+    "Use `secrets.compare_digest()` to compare tokens in constant time.",
+    "form_data: OAuth2PasswordRequestForm = Depends()",
+    'oauth2_scheme = OAuth2PasswordBearer(tokenUrl="token")',
+    "raise HTTPException(status_code=status.HTTP_403_FORBIDDEN)",
+    "See https://github.com/OAI/OpenAPI-Specification/blob/main/versions/3.1.0.md#responses-object",
+    "GET /api/v1/users/me returns the current user.",
+    "password: str",
+    "    password: Annotated[str, Form()]",
+    "hashed_password = get_password_hash(password)",
+    "The password is required and is never stored in clear text.",
+    "login(user, password=password)",
+    'return {"access_token": create_token(user, settings.SECRET_KEY), "token_type": "bearer"}',
+    '"token_uri": "https://oauth2.googleapis.com/token"',
+    "withCredentials([string(credentialsId: 'nexus-token', variable: 'NEXUS_TOKEN')])",
+    "DB_PASSWORD=${DB_PASSWORD}",
+    'API_KEY = os.environ["API_KEY"]',
+    "Set `X-API-Key` in the header; the `api-key` field is deprecated.",
+    "commit 3f786850e387550fdab836ed7e6dc881de23001b",
+    "BUILD_SHA=207fc93ee641fa3c2b097f12f7dbd2b272989c6e",
+    "ssh-ed25519 AAAAC3NzaC1lZDI1NTE5AAAAIE41tGfdZz67A8hwH7YhP0eecq5FRmZ3NR0KR46ZHinu ops@host",
+    "Look at os.path.join for details; see also the token module.",
+    "uuid 123e4567-e89b-12d3-a456-426614174000 and timestamp 1700000000",
+    "Password for the Synology NAS was reset by the helpdesk.",
+    "ISBN 978-3-16-148410-0, order 4111 1111 1111 1112 (not a card: the check digit is wrong).",
+]
+
+
+@pytest.mark.parametrize("text", TECH_DOCS)
+def test_code_names_and_placeholders_are_not_secrets(text):
+    redacted, found = redact(text)
+    assert found == [] and redacted == text, [(f.kind, text[f.start:f.end]) for f in found]
+
+
+# (text, the value that must go, the kind that finds it)
+VALUES = [
+    ('SECRET_KEY = "09d25e094faa6ca2556c818166b7a9563b93f7099f6f0f4caa6cf63b88e8d3e7"', "09d25e094faa", "secret_in_context"),
+    ("the wifi password is Tr0ub4dor&3 (guest network separate)", "Tr0ub4dor&3", "secret_in_context"),
+    ("The password for the QA user was reset to KJd9-Jx_@-yW by the helpdesk.", "KJd9-Jx_@-yW", "secret_in_context"),
+    ("pwd for the old Nagios box is lantern-copper-violet-falls", "lantern-copper-violet-falls", "secret_in_context"),
+    ("user `admin`, pass `C0b@lt!77`.", "C0b@lt!77", "secret_in_context"),
+    ("DJANGO_SECRET_KEY=django-insecure-7f(k2!x@0s^u)p", "django-insecure-7f(k2!x@0s^u)p", "secret_in_context"),
+    ("DB_PASSWORD=hunterhunter", "hunterhunter", "secret_in_context"),
+    ("define( 'DB_PASSWORD', 'C0ffee-Break' );", "C0ffee-Break", "secret_in_context"),
+    ("Server=db;User ID=app;Password=%i01bQx9!;Encrypt=True;", "%i01bQx9!", "secret_in_context"),
+    ("redis-cli -h redis.lan -p 6379 -a 'sGR#t0pS3cret' FLUSHDB", "sGR#t0pS3cret", "secret_in_context"),
+    ('command: ["redis-server", "--requirepass", "PrY1xQ8zLm"]', "PrY1xQ8zLm", "secret_in_context"),
+    ("curl -u deployer:F@lc0n99 --upload-file x.jar", "F@lc0n99", "secret_in_context"),
+    ("<password>Footb4ll!</password>", "Footb4ll!", "secret_in_context"),
+    ("- name: ADMIN_PASSWORD\n  value: \"granite-Peak-2291\"", "granite-Peak-2291", "secret_in_context"),
+    ("db.internal:5432:billing:reporting:goRhom8Qv!", "goRhom8Qv!", "secret_in_context"),
+    ("machine ci.example\n  login ci-bot\n  password Summer2023!\n", "Summer2023!", "secret_in_context"),
+    ("| Account | Password |\n|---|---|\n| svc_backup | Zebra-Kite-42 |", "Zebra-Kite-42", "secret_in_context"),
+    ("postgres://app:S3cr3t!@db.internal:5432/app", "S3cr3t!", "url_credentials"),
+    ("key AKIAIOSFODNN7EXAMPLE in the config", "AKIAIOSFODNN7EXAMPLE", "aws_access_key"),
+    ("Card on file 6250 9460 0000 0016 for travel.", "6250 9460 0000 0016", "credit_card"),
+    ("IBAN DE89 3704 0044 0532 0130 00 BIC COBADEFFXXX", "DE89 3704 0044 0532 0130 00", "iban"),
+    # a Dutch BSN (11-test) that is also a well-formed US SSN: either name will do
+    ("| Employee | National ID |\n|---|---|\n| Ana | 111222333 |", "111222333", "national_id|us_ssn"),
+    ("Call me on 020 7946 0958 or 06 12 34 56 78.", "020 7946 0958", "phone"),
+]
+
+
+@pytest.mark.parametrize("text, value, kind", VALUES)
+def test_credential_values_are_found_in_their_context(text, value, kind):
+    redacted, found = redact(text)
+    assert value not in redacted and set(kind.split("|")) & {f.kind for f in found}, redacted
+
+
+def test_reports_carry_kinds_and_spans_never_values():
+    text = "password: Zq8!vN2kLm4R"
+    found = dlp.find_secrets(text)
+    assert [(f.kind, text[f.start:f.end]) for f in found] == [("secret_in_context", "Zq8!vN2kLm4R")]
+    assert all("Zq8" not in repr(f) for f in found)
+
+
+def test_example_domains_are_nobodys_address():
+    assert redact("write to ann@example.com or bob@brightwave.co")[0] == "write to ann@example.com or [REDACTED:email]"
+
+
+@settings(max_examples=150, deadline=None)
+@given(st.text(alphabet=st.sampled_from("pasword:=|-\n `'\"0123456789AKIZabc@./_ "), max_size=400))
+def test_spans_lie_inside_the_text_and_do_not_overlap(text):
+    found = dlp.find_secrets(text)
+    assert all(0 <= f.start < f.end <= len(text) for f in found)
+    assert all(a.end <= b.start for a, b in zip(found, found[1:]))
