@@ -82,7 +82,7 @@ def cmd_ingest(args: argparse.Namespace) -> int:
             if not args.quiet:
                 diag(f"watching {', '.join(args.paths)} (Ctrl-C stops)")
             watch(store, args.paths, settings, lambda r: _print(args, {**r.__dict__, "changes": r.changes},
-                                                                _report_text(args, r)), label=args.label)
+                                                                _report_text(args, r, each=True)), label=args.label)
     finally:
         store.close()
     return 0
@@ -102,8 +102,11 @@ def every(seconds: float) -> Callable[[int, int], None]:
     return tell
 
 
-def _report_text(args: argparse.Namespace, report: IngestReport) -> str:
-    return "\n".join([*report.dlp_lines(), *(f"gone: {d} (its file is gone; --prune removes it)" for d in report.gone),
+def _report_text(args: argparse.Namespace, report: IngestReport, each: bool = False) -> str:
+    """The report's lines; ``each`` names every document added, changed or removed (--watch)."""
+    named = [f"{what}: {d}" for what, docs in (("added", report.added), ("changed", report.changed),
+                                                ("removed", report.removed)) for d in docs] if each else []
+    return "\n".join([*named, *report.dlp_lines(), *(f"gone: {d} (its file is gone; --prune removes it)" for d in report.gone),
                       f"{_location(args)}: {report.summary()}"])
 
 
