@@ -40,7 +40,8 @@ def test_canonical_leaves_ordinary_text_alone():
     ("mail ann.lee@brightwave.co today", "email"),
     ("call +1 503 555 0143 now", "phone"),
     ("blob Zq8vN2kLm4Rt7yXw9PbCqT3s end", "high_entropy_token"),
-    ("-----BEGIN RSA PRIVATE KEY-----\nMIIEow\n-----END RSA PRIVATE KEY-----", "private_key"),
+    ("-----BEGIN RSA PRIVATE KEY-----\nMIIEowIBAAKCAQEAu1SU1LfVLPHCozMxH2Mo4lgOEePzNm0tRgeLezV6ffAt0gun\n"
+     "-----END RSA PRIVATE KEY-----", "private_key"),
 ])
 def test_detectors_find_structural_secrets(text, kind):
     _, found = scan(text)

@@ -142,3 +142,25 @@ def test_corpus_runs_apply_the_same_dlp_as_ingest(tmp_path):
     docs = write(tmp_path / "docs", {"ops.md": "# Ops\n\nThe staging database password is Zq8!vN2kLm4R today.\n"})
     engine = Engine.from_paths([docs], DEFAULT)
     assert "Zq8!vN2kLm4R" not in engine.index.chunks[0].text and "[REDACTED" in engine.index.chunks[0].text
+
+
+def test_pdf_pages_stay_true_after_redaction(store, tmp_path):
+    """A redaction on page 1 changes its length; page 2's chunks still cite page 2."""
+    from microrag_engine.ingest import ingest_documents
+    from microrag_engine.types import Document
+
+    page1 = "Contact the lab manager. The wifi password is Tr0ub4dor&3xyzzy today.\n\n"
+    page2 = "Centrifuge safety: balance the rotor before every run and never open the lid early.\n\n"
+    page3 = "Waste disposal: sharps go in the yellow bins by the door."
+    doc = Document("lab/manual.pdf", page1 + page2 + page3,
+                   meta=(("pages", f"0,{len(page1)},{len(page1) + len(page2)}"),))
+    report = ingest_documents(store, [doc], DEFAULT)
+    assert report.findings == {"lab/manual.pdf": {"secret_in_context": 1}}
+    chunks = store.snapshot().chunks
+    by_page = {c.page: c.text for c in chunks}
+    assert "Tr0ub4dor" not in " ".join(by_page.values())
+    assert "Centrifuge" in by_page[2] and "sharps" in by_page[3] and "lab manager" in by_page[1]
+    hits = Engine.from_store(store, DEFAULT).retrieve("how do I balance the centrifuge rotor?").hits
+    from microrag_engine.augment import citation
+
+    assert citation(hits[0]) == f"[source: lab/manual.pdf · chunk {hits[0].chunk.index} · p. 2]"

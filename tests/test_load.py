@@ -1,4 +1,5 @@
-"""load.py: every format, what a reader would not see dropped, and limits on hostile files."""
+"""load/: the seed formats, what a reader would not see dropped, and limits on hostile files
+(the newer formats and checks: tests/load/)."""
 
 from __future__ import annotations
 
@@ -62,16 +63,16 @@ def test_loaders_read_every_supported_format(tmp_path):
 
 def test_bad_files_are_skipped_with_one_warning_each(tmp_path, caplog):
     (tmp_path / "good.md").write_text("Fine text.")
-    (tmp_path / "latin1.txt").write_bytes("caf\xe9 au lait".encode("latin-1"))
+    (tmp_path / "latin1.txt").write_bytes("caf\xe9 au lait".encode("latin-1"))  # read, not skipped (tests/load/test_text.py)
     (tmp_path / "blob.md").write_bytes(b"\x00\x01\x02binary")
     (tmp_path / "broken.pdf").write_bytes(b"%PDF-1.4 this is not really a pdf")
     (tmp_path / "bad.jsonl").write_text("{not json}\n")
     (tmp_path / "image.png").write_bytes(b"\x89PNG")
     with caplog.at_level(logging.WARNING, logger="microrag"):
         docs = load_documents([tmp_path])
-    assert [d.path for d in docs] == ["good.md"]
-    warned = [r.getMessage() for r in caplog.records]
-    for name in ("latin1.txt", "blob.md", "broken.pdf", "bad.jsonl", "image.png"):
+    assert [d.path for d in docs] == ["good.md", "latin1.txt"]
+    warned = [r.getMessage() for r in caplog.records if r.name == "microrag"]
+    for name in ("blob.md", "broken.pdf", "bad.jsonl", "image.png"):
         assert sum(name in m for m in warned) == 1, (name, warned)
     assert all("\n" not in m for m in warned)
 
@@ -105,7 +106,7 @@ def _pdf(path, pages: list[list[str]], raw: list[bytes] | None = None) -> None:
 
 
 def test_pdf_pages_over_the_limits_are_skipped_or_cut(tmp_path, monkeypatch, caplog):
-    import microrag_engine.load as C
+    import microrag_engine.load.pdf as C
 
     monkeypatch.setattr(C, "MAX_PDF_PAGE_CHARS", 2_000)
     monkeypatch.setattr(C, "MAX_PDF_PAGE_BYTES", 200_000)

@@ -49,7 +49,8 @@ def test_seed_scores_reproduce_from_a_persistent_index(seed_kb, tmp_path):
     for query, expected in EXPECTED["queries"].items():
         got = [(h.chunk.doc, h.chunk.index, f"{h.hybrid:.3f}", f"{h.kw:.2f}", f"{h.em:.2f}") for h in engine.retrieve(query).hits]
         # a persistent index's ids carry their collection (the folder's name); the scores are the seed's
-        assert got == [(f"{seed_kb.name}/{e['doc']}", e["chunk"], f"{e['hybrid']:.3f}", f"{e['kw']:.2f}", f"{e['em']:.2f}") for e in expected]
+        assert got == [(f"{seed_kb.name}/{e['doc']}", e["chunk"],
+                        f"{e['hybrid']:.3f}", f"{e['kw']:.2f}", f"{e['em']:.2f}") for e in expected]
 
 
 def test_seed_retrieve_is_bare(seed_engine):

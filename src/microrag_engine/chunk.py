@@ -16,7 +16,6 @@ from __future__ import annotations
 
 import logging
 import re
-from bisect import bisect_right
 from collections.abc import Callable, Iterable
 from dataclasses import replace
 
@@ -115,10 +114,19 @@ def chunk_documents(
         if d.prechunked:
             out.extend(d.prechunked)
             continue
-        cut = chunk_chars(d.path, d.text, size, overlap) if chunker == "chars" else \
-            chunk_sentences(d.path, d.text, max_tokens, count_tokens)
         starts = page_starts(d)
-        out.extend([replace(c, page=bisect_right(starts, c.start)) for c in cut] if starts else cut)
+        if not starts or starts[0] != 0:
+            out.extend(chunk_chars(d.path, d.text, size, overlap) if chunker == "chars" else
+                       chunk_sentences(d.path, d.text, max_tokens, count_tokens))
+            continue
+        # page by page: a chunk never straddles two pages, so its citation's page is exact
+        n = 0
+        for page, (a, b) in enumerate(zip(starts, [*starts[1:], len(d.text)]), start=1):
+            part = chunk_chars(d.path, d.text[a:b], size, overlap) if chunker == "chars" else \
+                chunk_sentences(d.path, d.text[a:b], max_tokens, count_tokens)
+            for c in part:
+                out.append(replace(c, id=f"{d.path}#{n}", index=n, start=a + c.start, end=a + c.end, page=page))
+                n += 1
     return out
 
 

@@ -72,10 +72,12 @@ SHAPES = [
     ("azure_sas", rx.compile(r"[?&]sig=([A-Za-z0-9%+/]{20,}(?:%3D|=){0,2})"), 1),
     # user:password@host in any URL scheme (postgres://, mongodb+srv://, redis://:pw@, https://)
     ("url_credentials", rx.compile(r"\b[a-zA-Z][a-zA-Z0-9+.-]*://[^\s:/@'\"`]*:([^\s@/'\"`]{3,})@[\w.-]"), 1),
-    ("bearer_token", rx.compile(r"(?i)\b(?:bearer|token)\s+([A-Za-z0-9_~+/.-]{16,}={0,2})"), 1),
-    ("basic_auth", rx.compile(r"(?i)\bbasic\s+([A-Za-z0-9+/]{12,}={0,2})"), 1),
+    ("bearer_token", rx.compile(r"(?i)\b(?:bearer|token)\s+([A-Za-z0-9_~+/.-]{16,}={0,2})"), 1),  # + _looks_generated
+    ("basic_auth", rx.compile(r"(?i)\bbasic\s+([A-Za-z0-9+/]{12,}={0,2})"), 1),  # "basic authentication" is not one
     ("email", rx.compile(r"\b[A-Za-z0-9._%+-]+@([A-Za-z0-9-]+(?:\.[A-Za-z0-9-]+)*\.[A-Za-z]{2,})\b"), 0),
 ]
+# A real key block has base64 in it; "... (private key in base64 encoding) ..." is a doc's placeholder.
+_KEY_BODY = rx.compile(r"[A-Za-z0-9+/=]{40,}")
 # Domains reserved for examples (RFC 2606/6761): an address there belongs to nobody.
 _EXAMPLE_DOMAIN = rx.compile(r"(?i)(?:^|\.)(?:example\.(?:com|org|net)|example|test|invalid|localhost)$")
 
@@ -123,9 +125,9 @@ def _stdnum(module: str) -> Callable[[str], bool]:
     return valid
 
 
-_CARD = rx.compile(r"(?:^|[^\pN_.-])(\pN(?:[ -]?\pN){12,18})")
+_CARD = rx.compile(r"(?:^|[^\pL\pN_.-])(\pN(?:[ -]?\pN){12,18})")
 _IBAN = rx.compile(r"\b([A-Z]{2}\pN{2}(?: ?[A-Z0-9]){11,32})")
-_SSN = rx.compile(r"(?:^|[^\pN_.-])(\pN{3}-\pN{2}-\pN{4})")
+_SSN = rx.compile(r"(?:^|[^\pL\pN_.-])(\pN{3}-\pN{2}-\pN{4})")
 # (kind, candidate, validator): the shape is distinctive enough with its check digits
 _IDS = [
     ("national_id", rx.compile(r"\b([A-CEGHJ-PR-TW-Z][A-CEGHJ-NPR-TW-Z] ?\pN{2} ?\pN{2} ?\pN{2} ?[A-D])\b"), None),  # UK NINO
@@ -140,10 +142,10 @@ _IDS = [
 ]
 _NINO_BAD = frozenset({"BG", "GB", "NK", "KN", "TN", "NT", "ZZ"})
 # Numbers whose shape alone is common (9-12 digits): only after their own name on the line.
-_ID_WORDS = rx.compile(r"(?i)\b(?:ssn|social security|social insurance|sin|bsn|burgerservicenummer|pesel|steuer-?id|"
-                       r"\w*identifikationsnummer|idnr|tax id|tax number|tin|aadhaar|nhs|personal id|national id|id number|"
-                       r"identity number|national insurance|ni number|nino|pps|personnummer|hetu|cpr|nir|dni|nie)\b")
-_ID_NUMBER = rx.compile(r"(?:^|[^\pN_.-])(\pN[\pN ]{7,14}\pN)")
+_ID_WORDS = rx.compile(r"(?i)\b(?:ssn|social security|social insurance|bsn|burgerservicenummer|pesel|steuer-?id|"
+                       r"\w*identifikationsnummer|idnr|tax id|tax number|taxpayer id\w*|aadhaar|nhs|personal id|national id|"
+                       r"id number|identity number|national insurance|ni number|nino|pps|personnummer|hetu)\b")
+_ID_NUMBER = rx.compile(r"(?:^|[^\pL\pN_.-])(\pN[\pN ]{7,14}\pN)(?:$|[^\pL\pN_])")
 _KEYED_IDS = [("us_ssn", _stdnum("us.ssn")), ("national_id", _stdnum("nl.bsn")), ("national_id", _stdnum("pl.pesel")),
               ("national_id", _stdnum("de.idnr")), ("national_id", _stdnum("ca.sin")), ("national_id", _stdnum("in_.aadhaar")),
               ("national_id", _stdnum("gb.nhs")), ("national_id", _stdnum("ie.pps"))]
@@ -238,7 +240,7 @@ _NOT_VALUES = frozenset("""none null nil true false undefined required optional 
     secretbytes object dict list empty same different changed stored hashed encrypted valid invalid incorrect wrong
     correct missing unset set reset needed used sent given shown ignored deprecated supported enabled disabled example
     placeholder dummy redacted hidden secret password token key value bearer basic jwt refresh access oauth oauth2
-    expired revoked rotated generated""".split())
+    expired revoked rotated generated pass passwd pwd changeit""".split())
 _TYPES = rx.compile(r"^(?:Optional|Annotated|Union|SecretStr|SecretBytes|Literal|List|Dict|Tuple|Sequence|Mapping)\b")
 _IDENT = rx.compile(r"^[A-Za-z_][A-Za-z0-9_]*$")
 _DOTTED = rx.compile(r"^[A-Za-z_][A-Za-z0-9_]*(?:\.[A-Za-z_][A-Za-z0-9_]*)+$")
@@ -275,9 +277,15 @@ def _is_code(value: str) -> bool:
             or _DOTTED.match(value) is not None or _TYPES.match(value) is not None)
 
 
+_SELF_NAMING = ("password", "passwd", "secret", "token")
+
+
 def _placeholder(value: str) -> bool:
-    return (len(value) < 4 or _PLACEHOLDER.match(value) is not None or value.lower() in _NOT_VALUES
-            or ("://" in value and "@" not in value))  # a URL without credentials in it
+    low = value.lower()
+    return (len(value) < 4 or _PLACEHOLDER.match(value) is not None or low in _NOT_VALUES
+            or ("://" in value and "@" not in value)  # a URL without credentials in it
+            # "SuperSecretToken", "myregistrytoken", "X-TOKEN-SECRET": a demo value that names itself
+            or (any(w in low for w in _SELF_NAMING) and not any(c.isdigit() for c in value)))
 
 
 def _credential_value(value: str, op: str, config_line: bool, key: str, rest_of_line: str) -> bool:
@@ -336,7 +344,9 @@ def _context_values(text: str) -> list[Finding]:
             out.append(Finding("secret_in_context", start, end))
     for m in _NAMED_LITERAL.finditer(text):
         inner = m.group(2)[1:-1]
-        if not _placeholder(inner) and not _IDENT.match(inner) and not _is_code(inner) and " " not in inner.strip():
+        verb = m.group(1).lower() == "pass"  # "pass `rel_tol=0.05`": the verb, unless what follows looks generated
+        if (not _placeholder(inner) and not _IDENT.match(inner) and not _is_code(inner) and " " not in inner.strip()
+                and "=" not in inner.rstrip("=") and (not verb or _looks_generated(inner))):
             out.append(Finding("secret_in_context", m.start(2) + 1, m.end(2) - 1))
     for m in _FLAG.finditer(text):
         value = m.group(3)
@@ -370,8 +380,10 @@ def _self_described(value: str) -> bool:
     parts = _segments(value)
     if not _CRED_SEGMENT.intersection(parts) or _placeholder(value):
         return False
-    if _IDENT.match(value) or _is_code(value) or "/" in value or "://" in value:
-        return False  # SECRET_KEY, OAuth2PasswordRequestForm, secrets.compare_digest, paths
+    if _IDENT.match(value) or _is_code(value) or "/" in value or "://" in value or "=" in value.rstrip("="):
+        return False  # SECRET_KEY, OAuth2PasswordRequestForm, secrets.compare_digest, paths, key=str.lower
+    if "@" in value and _EXAMPLE_DOMAIN.search(value.rsplit("@", 1)[1]):
+        return False  # joe:password@example.com: an example's userinfo
     pieces = value.split("-")
     if all(p.islower() and p.isalpha() for p in pieces if p):
         return False  # a kebab-case name: api-key, my-secret-volume
@@ -440,6 +452,9 @@ def entropy(s: str) -> float:
     return -sum(c / n * math.log2(c / n) for c in Counter(s).values()) if n else 0.0
 
 
+_HEX_OR_WORD = rx.compile(r"^(?:[0-9a-f]+|[0-9A-F]+|[A-Z]+|[a-z]+|[A-Z][a-z]+)$")
+
+
 def _random_token(tok: str) -> bool:
     """Mixed classes, high entropy, and letters that do not form words.
 
@@ -449,9 +464,26 @@ def _random_token(tok: str) -> bool:
     classes = any(c.islower() for c in tok) + any(c.isupper() for c in tok) + any(c.isdigit() for c in tok)
     if classes < 3 or entropy(tok) < 4.0:
         return False
+    parts = [p for p in rx.compile(r"[_.\-/]").split(tok) if p]
+    if len(parts) > 1 and all(_HEX_OR_WORD.match(p) for p in parts):
+        return False  # NODE_SEA_FUSE_fce680ab...: a name and a hash, each one case
     letters = sum(c.isalpha() for c in tok)
     in_words = sum(len(w) for w in _WORDISH.findall(tok) if len(w) >= 3)
-    return letters == 0 or in_words / letters < 0.6
+    return (letters == 0 or in_words / letters < 0.6) and not _encoded_prose(tok)
+
+
+def _encoded_prose(tok: str) -> bool:
+    """Base64 of words ("Martin v. Löwis" in a MIME header): encoded text, not a key. A secret
+    inside it is still found by the decoded view (guard.decoded_views)."""
+    import base64
+    import binascii
+
+    try:
+        raw = base64.b64decode(tok + "=" * (-len(tok) % 4), validate=True)
+        text = raw.decode("utf-8")
+    except (binascii.Error, ValueError):
+        return False
+    return " " in text and sum(c.isalpha() or c.isspace() for c in text) / max(len(text), 1) > 0.85
 
 
 def _public_pem(token: str) -> bool:
@@ -490,6 +522,8 @@ def find_secrets(text: str, view: str = "plain") -> list[Finding]:
     out = [Finding(kind, m.start(g), m.end(g)) for kind, pattern, g in SHAPES for m in pattern.finditer(text)
            if g == 0 or m.end(g) == len(text) or not _is_word(text[m.end(g)]) or kind in ("url_credentials",)]
     out = [f for f in out if f.kind != "email" or not _EXAMPLE_DOMAIN.search(text[f.start:f.end].rsplit("@", 1)[1])]
+    out = [f for f in out if f.kind not in ("bearer_token", "basic_auth") or _looks_generated(text[f.start:f.end])]
+    out = [f for f in out if f.kind != "private_key" or _KEY_BODY.search(text[f.start:f.end])]
     out += _phones(text) + _numbers(text) + _context_values(text) + _literals(text) + _table_columns(text) + _tokens(text)
     return merge([Finding(f.kind, f.start, f.end, view) for f in out])
 

@@ -15,6 +15,7 @@ from __future__ import annotations
 
 import getpass
 import hashlib
+from collections import Counter
 from collections.abc import Callable, Iterable
 from dataclasses import dataclass, field, replace
 from datetime import UTC, datetime
@@ -23,7 +24,7 @@ from pathlib import Path
 import numpy as np
 
 from . import guard, rx
-from .chunk import chunk_documents
+from .chunk import chunk_documents, page_starts
 from .config import Settings
 from .errors import ConfigError, CorpusError
 from .index.embed import make_embedder
@@ -104,8 +105,26 @@ def apply_dlp(doc: Document, mode: str, presidio: bool = False) -> tuple[Documen
 
 def guarded(doc: Document, settings: Settings, visible: bool = True) -> tuple[Document, bool, dict[str, int]]:
     """The one ingest policy every front end applies (CLI, server, library, ``--corpus`` runs):
-    the stored form, then DLP. Returns (document, restrict, finding counts by kind)."""
-    return apply_dlp(store_form(doc) if visible else doc, settings.dlp, settings.dlp_presidio)
+    the stored form, then DLP. Returns (document, restrict, finding counts by kind).
+
+    A paged document (PDF) is guarded page by page, so the page offsets stay true after
+    redaction and normalisation change lengths (and a finding never spans two pages)."""
+    starts = page_starts(doc)
+    if not starts or starts[0] != 0 or doc.prechunked:
+        return apply_dlp(store_form(doc) if visible else doc, settings.dlp, settings.dlp_presidio)
+    texts: list[str] = []
+    offsets: list[int] = []
+    counts: Counter[str] = Counter()
+    restrict = False
+    for a, b in zip(starts, [*starts[1:], len(doc.text)]):
+        page = Document(doc.path, doc.text[a:b])
+        kept, hold, found = apply_dlp(store_form(page) if visible else page, settings.dlp, settings.dlp_presidio)
+        offsets.append(sum(len(t) for t in texts))
+        texts.append(kept.text)
+        counts.update(found)
+        restrict = restrict or hold
+    meta = tuple((k, ",".join(map(str, offsets)) if k == "pages" else v) for k, v in doc.meta)
+    return replace(doc, text="".join(texts), meta=meta), restrict, dict(counts)
 
 
 STORE_FORM = "visible-1"  # bump when store_form changes what is stored
