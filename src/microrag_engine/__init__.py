@@ -1,9 +1,9 @@
 """microRAG: a small, fast, auditable retrieval-augmented generation engine.
 
 The package tree reads as the pipeline (imports only flow downwards):
-  errors types text rx config guard   the vocabulary every step shares
+  errors types text rx config dlp guard   the vocabulary every step shares
   runtime/      model runtimes: onnxruntime, numpy BERT, cross-encoders, the LLM client
-  load.py       1a · paths and uploads -> documents
+  load/         1a · paths and uploads -> documents (md, rst, html, pdf, office, notebooks, e-books, jsonl)
   chunk.py      1b · documents -> chunks
   index/        2  · index twice: keyword (tfidf | bm25) and embedding (hash | minilm)
   retrieve/     3  · hybrid retrieve: fuse, grounding gate, diversity cap (optional rerank)
@@ -11,7 +11,7 @@ The package tree reads as the pipeline (imports only flow downwards):
   generate.py   5  · extractive answerer (the LLM streams through runtime/llm.py)
   tools.py      5b · the file tool and when a model's call may run
   verify/       6  · answer verification: each sentence against the chunks (NLI)
-  store/ ingest.py   persistence
+  store/ ingest.py watch.py   persistence: ids by collection, one DLP policy, folders kept in sync
   engine.py     ``Engine``: the one place the steps are wired
   server/ cli/ redteam/ eval/   front ends
 Importing this package needs only the core dependencies; models load when first used.

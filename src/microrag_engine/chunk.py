@@ -7,9 +7,9 @@ Two chunkers, chosen by name:
   * ``chars``     - the seed's sliding character window (``size``, ``overlap``);
   * ``sentences`` - paragraph/sentence boundaries packed within a token budget
                     (``max_tokens``) that fits the embedder.
-Loaders read .md/.markdown/.txt/.html/.htm/.pdf and pre-chunked .jsonl
-(``{"id","doc","text"}``). A file we cannot read is skipped with one warning
-line naming it. This module does not index, score or embed anything.
+Documents come from ``load`` (every format it reads, and pre-chunked .jsonl). A paged
+document (PDF) is chunked page by page, each chunk knowing its page. This module does
+not index, score or embed anything.
 """
 
 from __future__ import annotations
