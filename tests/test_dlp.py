@@ -40,6 +40,16 @@ TECH_DOCS = [
     "uuid 123e4567-e89b-12d3-a456-426614174000 and timestamp 1700000000",
     "Password for the Synology NAS was reset by the helpdesk.",
     "ISBN 978-3-16-148410-0, order 4111 1111 1111 1112 (not a card: the check digit is wrong).",
+    # from an outside review on Debian, npm and AWS CLI docs
+    "git clone git@gitlab.com:procps-ng/procps.git",
+    '"repository": "git+ssh://git@github.com:npm/cli.git#v1.0.27"',
+    "00000020 00 01 02 03 04 05 09 0a 3e 30 3d",
+    "credential_source=Ec2InstanceMetadata",
+    "--global-endpoint-token-version v2Token",
+    '"NextToken": "EXAMPLErZXIiOiBudWxsLCAiYm90b190cnVuY2F0ZV9hbW91bnQiOiAxfQ=="',
+    "--context-entries \"ContextKeyName='aws:CurrentTime',ContextKeyValues='2019-04-25T11:00:00Z'\"",
+    "If you proxy requires basic authentication, send it in the header.",
+    "-----BEGIN CERTIFICATE-----\nMIIDdzCCAl+gAwIBAgIEAgAAuTANBgkqhkiG9w0BAQUFADBaMQswCQYDVQQGEwJJRTES\n-----END CERTIFICATE-----",
 ]
 
 
@@ -75,6 +85,16 @@ VALUES = [
     # a Dutch BSN (11-test) that is also a well-formed US SSN: either name will do
     ("| Employee | National ID |\n|---|---|\n| Ana | 111222333 |", "111222333", "national_id|us_ssn"),
     ("Call me on 020 7946 0958 or 06 12 34 56 78.", "020 7946 0958", "phone"),
+    # from an outside review: glued names, "pw", qualified keys, mysql -p, passphrases, odd first characters
+    ("PGPASSWORD=Sup3rS3cret psql -h db", "Sup3rS3cret", "secret_in_context"),
+    ("The root pw is 'Spring2024!' for now.", "Spring2024!", "secret_in_context"),
+    ("The VPN pre-shared key is 7fQ!x2Lp9#Rw", "7fQ!x2Lp9#Rw", "secret_in_context"),
+    ("mysql -u root -pS3cretPass db", "S3cretPass", "secret_in_context"),
+    ("passphrase: correct horse battery staple", "correct horse battery staple", "secret_in_context"),
+    ('"NewPassword": "]35d/{pB9Fo9wJ"', "]35d/{pB9Fo9wJ", "secret_in_context"),
+    ("The new password for the kiosk: ]35d/{pB9Fo9wJ", "]35d/{pB9Fo9wJ", "secret_in_context"),
+    ("service | username | password\ngrafana | admin | Gr@fana-2024-x", "Gr@fana-2024-x", "secret_in_context"),
+    ("postgresql://admin:Sup3rS3cret@db.internal:5432/prod", "Sup3rS3cret", "url_credentials"),
 ]
 
 

@@ -91,6 +91,21 @@ _PHONE = [
 ]
 
 
+_PAIR_AFTER = rx.compile(r"^ [0-9A-Fa-f]{2}$")
+_PAIR_BEFORE = rx.compile(r"(?:^|\s)[0-9A-Fa-f]{2} $")
+
+
+def _is_address(text: str, f: Finding) -> bool:
+    """An e-mail address someone has, not a URL's userinfo (git+ssh://git@host/...), an scp-style
+    remote (git@github.com:org/repo.git) or an address at a domain reserved for examples."""
+    if _EXAMPLE_DOMAIN.search(text[f.start:f.end].rsplit("@", 1)[1]):
+        return False
+    word_start = max(text.rfind(c, max(0, f.start - 300), f.start) for c in " \t\n\"'`(<[") + 1
+    if "://" in text[word_start:f.start] or text[word_start:f.start].endswith(":"):
+        return False
+    return text[f.end:f.end + 1] not in (":", "/")
+
+
 def _phones(text: str) -> list[Finding]:
     out = []
     for pattern in _PHONE:
@@ -98,6 +113,9 @@ def _phones(text: str) -> list[Finding]:
             end = m.end(1)
             digits = sum(ch.isdigit() for ch in m.group(1))
             glued = end < len(text) and (_is_word(text[end]) or (text[end] in "-." and text[end + 1:end + 2].isdigit()))
+            # a hex dump's byte pairs ("00 01 02 03 04 05 06") are not a French number
+            before = text[max(0, m.start(1) - 3):m.start(1)]
+            glued = glued or _PAIR_AFTER.match(text[end:end + 3]) is not None or _PAIR_BEFORE.search(before) is not None
             if 10 <= digits <= 15 and not glued:
                 out.append(Finding("phone", m.start(1), end))
     return out
@@ -201,23 +219,34 @@ def _lines(text: str) -> list[tuple[int, str]]:
 # The words that say "a credential follows", as a whole segment of the key: DB_PASSWORD,
 # aws_secret_access_key, apiKey, client-secret, "the wifi password is". ("key" alone is
 # every dict's key: only a qualified one counts.)
-_CRED = r"(?:password|passwd|passphrase|pwd|pass|secret|token|key|credentials?)"
-_CRED_WORDS = frozenset("password passwd passphrase pwd pass secret secrets token credential credentials requirepass".split())
+_CRED = r"(?:password|passwd|passphrase|pwd|pw|pass|secret|token|key|credentials?)"
+_CRED_WORDS = frozenset("password passwd passphrase pwd pw pass secret secrets token credential credentials requirepass".split())
+# glued names end in one: PGPASSWORD, dbpass, mytoken, clientsecret (not "bypass", "secretary", "tokenizer")
+_CRED_ENDINGS = ("password", "passwd", "pwd", "secret", "token")
+# a token for paging or retries is not a credential
+_NOT_CRED_BEFORE = frozenset("next page continuation pagination cancellation sync idempotency marker resume".split())
 # "key" is a credential only with one of these before it (api_key, AUTH_KEY, appKey) ...
 _KEY_QUALIFIERS = frozenset("api access secret private signing account license master encryption client auth app "
-                            "service shared webhook consumer deploy ssh storage".split())
+                            "service shared preshared webhook consumer deploy ssh storage".split())
 # ... and a name ending in one of these holds something *about* a credential, not the credential:
 # token_uri, credentialsId, token_type, password_file, SECRET_NAME, password_length.
 _ABOUT = frozenset("id ids name names file path url uri type length len header field env var ref policy min max "
-                   "expiry expires ttl age prompt label help hint hash hashed format count prefix scheme mode kind".split())
+                   "expiry expires ttl age prompt label help hint hash hashed format count prefix scheme mode kind source "
+                   "provider endpoint version store method helper process expiration duration location dir".split())
 # key, optional closing quote, operator, value. Group 1: the key; 2: the operator; 3: the value.
 # Operators: assignments, YAML/JSON colons, PHP's define('KEY', 'value'), and prose ("the wifi
 # password is X", "the password for the NAS was reset to X").
 _ASSIGN = rx.compile(
-    r"(?i)\b([a-z0-9_.-]*?" + _CRED + r"[a-z0-9_.-]*)[\"'`]?[ \t]*"
-    r"(=>|->|:=|=|:|,[ \t]*(?:[\"'])|[ \t](?:for[ \t][^\n]{1,40}?[ \t])?(?:is|was|are)"
+    r"(?i)\b((?:(?:api|access|secret|private|signing|shared|pre-shared|master|license|encryption|account)[ \t]+)?"
+    r"[a-z0-9_.-]*?" + _CRED + r"[a-z0-9_.-]*)[\"'`]?[ \t]*"
+    r"(=>|->|:=|=|:|,[ \t]*(?:[\"'])|[ \t]for[ \t][^\n:]{1,40}?:|[ \t](?:for[ \t][^\n]{1,40}?[ \t])?(?:is|was|are)"
     r"(?:[ \t]+(?:now|still|set|reset|changed|updated|rotated))?(?:[ \t]+to)?)[ \t]*"
     r"(\"[^\"\n]*\"|'[^'\n]*'|`[^`\n]*`|[^\s;\"'`]+)")
+# A passphrase is words: "passphrase: correct horse battery staple" (to the end of the line, up to 8 words)
+_PASSPHRASE = rx.compile(r"(?im)\bpassphrase[\"'`]?[ \t]*(?::|=|[ \t]is)[ \t]*"
+                         r"((?:[a-z0-9!@#$%^&*.-]+[ \t]+){2,7}[a-z0-9!@#$%^&*.-]+)[ \t]*$")
+# mysql -pSECRET (the password glued to the flag)
+_MYSQL_P = rx.compile(r"\bmysql(?:dump|admin)?\b[^\n]*?[ \t]-p([^\s'\"]{4,})")
 # A credential word, then a quoted literal with no operator: pass `C0b@lt!`, password "5^CPt".
 _NAMED_LITERAL = rx.compile(r"(?i)\b(passwords?|passwd|pwd|pass|passphrase|token|secret)[ \t]+(\"[^\"\n]+\"|'[^'\n]+'|`[^`\n]+`)")
 # Command-line flags that take a credential: --password X, --requirepass "X", redis-cli -a X,
@@ -257,8 +286,14 @@ def _names_credential(key: str) -> bool:
     parts = _segments(key)
     if not parts or parts[-1] in _ABOUT:
         return False
-    return bool(_CRED_WORDS.intersection(parts)) or any(
-        p == "key" and i > 0 and parts[i - 1] in _KEY_QUALIFIERS for i, p in enumerate(parts))
+    for i, p in enumerate(parts):
+        if i > 0 and parts[i - 1] in _NOT_CRED_BEFORE:
+            continue  # NextToken, page_token
+        if p in _CRED_WORDS or (len(p) > 5 and p.endswith(_CRED_ENDINGS)):
+            return True
+        if p == "key" and i > 0 and parts[i - 1] in _KEY_QUALIFIERS:
+            return True
+    return False
 
 
 def _looks_generated(value: str) -> bool:
@@ -271,13 +306,16 @@ def _looks_generated(value: str) -> bool:
     return len(value) >= 6 and ((letters and digits) or inner_capital or symbol or passphrase)
 
 
+_CODE_SHAPE = rx.compile(r"[A-Za-z0-9_]\(|[A-Za-z0-9_]\[|\{[A-Za-z_][A-Za-z0-9_.]*\}|\{\{|\)$")
+
+
 def _is_code(value: str) -> bool:
     """A call, attribute, subscript, type, variable reference or template - not a literal."""
-    return (any(c in value for c in "()[]{}") or value.startswith(("$", "@", "&", "*", "<", "-", "/", "\\"))
+    return (_CODE_SHAPE.search(value) is not None or value.startswith(("$", "@", "&", "*", "<", "-", "/", "\\", "(", "["))
             or _DOTTED.match(value) is not None or _TYPES.match(value) is not None)
 
 
-_SELF_NAMING = ("password", "passwd", "secret", "token")
+_SELF_NAMED = rx.compile(r"(?i)^[a-z_-]*(?:password|passwd|secret|token)[a-z_-]*[0-9]{0,2}$")
 
 
 def _placeholder(value: str) -> bool:
@@ -285,7 +323,7 @@ def _placeholder(value: str) -> bool:
     return (len(value) < 4 or _PLACEHOLDER.match(value) is not None or low in _NOT_VALUES
             or ("://" in value and "@" not in value)  # a URL without credentials in it
             # "SuperSecretToken", "myregistrytoken", "X-TOKEN-SECRET": a demo value that names itself
-            or (any(w in low for w in _SELF_NAMING) and not any(c.isdigit() for c in value)))
+            or _SELF_NAMED.match(value) is not None)
 
 
 def _credential_value(value: str, op: str, config_line: bool, key: str, rest_of_line: str) -> bool:
@@ -296,7 +334,7 @@ def _credential_value(value: str, op: str, config_line: bool, key: str, rest_of_
         return False
     bare_key = _segments(key)[-1:] == ["key"]  # SORT_KEY=name is not a secret; APP_KEY=9f2c... is
     if quoted:  # a message, a template or the key's own name is not a password
-        return (len(inner.split()) < 3 and not any(c in inner for c in "{}") and inner.lower() != key.lower()
+        return (len(inner.split()) < 3 and not _CODE_SHAPE.search(inner) and inner.lower() != key.lower()
                 and (not bare_key or _looks_generated(inner)))
     if op[:1].isspace() or not config_line:
         # mid-sentence or mid-line: only a value that looks generated ("hunter2", "Sup3r!"), not "required"
@@ -354,7 +392,8 @@ def _context_values(text: str) -> list[Finding]:
             user, sep, secret = value.partition(":")
             if sep and secret and not _placeholder(secret) and not secret.startswith("$"):
                 out.append(Finding("secret_in_context", m.start(3) + len(user) + 1, m.end(3)))
-        elif not _placeholder(value) and not _is_code(value) and (m.group(2) or _looks_generated(value)):
+        elif (_names_credential(m.group(1).split()[-1]) or "redis-cli" in m.group(1)) and not _placeholder(value) \
+                and not _is_code(value) and (m.group(2) or _looks_generated(value)):
             out.append(Finding("secret_in_context", m.start(3), m.end(3)))
     for m in _XML.finditer(text):
         if _names_credential(m.group(1)) and not _placeholder(m.group(2).strip()):
@@ -364,6 +403,11 @@ def _context_values(text: str) -> list[Finding]:
         inner = value[1:-1] if value[:1] in "\"'" else value
         if _names_credential(m.group(1)) and not _placeholder(inner) and not inner.startswith(("$", "{")):
             out.append(Finding("secret_in_context", *_span(m, 2)))
+    for m in _PASSPHRASE.finditer(text):
+        out.append(Finding("secret_in_context", m.start(1), m.end(1)))
+    for m in _MYSQL_P.finditer(text):
+        if not _placeholder(m.group(1)):
+            out.append(Finding("secret_in_context", m.start(1), m.end(1)))
     for pattern in (_PGPASS, _KEYWORD_LINE):
         for m in pattern.finditer(text):
             if not _placeholder(m.group(1)) and _looks_generated(m.group(1)):
@@ -372,7 +416,7 @@ def _context_values(text: str) -> list[Finding]:
 
 
 # A quoted or backticked literal that names itself a credential: `EXAMPLE-svc-backup-pw`.
-_LITERAL = rx.compile(r"[`\"']([^\s`\"']{6,80})[`\"']")
+_LITERAL = rx.compile(r"`([^\s`\"']{6,80})`|\"([^\s`\"']{6,80})\"|'([^\s`\"']{6,80})'")  # the same quote on both sides
 _CRED_SEGMENT = frozenset("pw pwd pass passwd password passphrase secret token key apikey cred creds credential credentials".split())
 
 
@@ -393,8 +437,12 @@ def _self_described(value: str) -> bool:
 
 
 def _literals(text: str) -> list[Finding]:
-    return [Finding("secret_in_context", m.start(1), m.end(1)) for m in _LITERAL.finditer(text)
-            if _self_described(m.group(1))]
+    out = []
+    for m in _LITERAL.finditer(text):
+        g = next(i for i in (1, 2, 3) if m.group(i) is not None)
+        if _self_described(m.group(g)):
+            out.append(Finding("secret_in_context", m.start(g), m.end(g)))
+    return out
 
 
 _TABLE_SEP = rx.compile(r"^\s*\|?\s*:?-{3,}")
@@ -417,13 +465,17 @@ def _table_columns(text: str) -> list[Finding]:
     out: list[Finding] = []
     lines = _lines(text)
     for i, (_, line) in enumerate(lines[:-1]):
-        if "|" not in line or not _TABLE_SEP.match(lines[i + 1][1]):
+        if "|" not in line:
             continue
         header = _cells(line)
+        # a Markdown table has a separator row; office tables and exports come as "a | b | c" rows
+        separated = _TABLE_SEP.match(lines[i + 1][1]) is not None
+        if not separated and (len(header) < 2 or len(_cells(lines[i + 1][1])) != len(header)):
+            continue
         secrets = {j for j, (_, h) in enumerate(header) if _names_credential(h)}
         ids = {j for j, (_, h) in enumerate(header) if _ID_WORDS.search(h)}
-        for start, row in lines[i + 2:] if secrets or ids else []:
-            if "|" not in row or _TABLE_SEP.match(row):
+        for start, row in lines[i + (2 if separated else 1):] if secrets or ids else []:
+            if "|" not in row or _TABLE_SEP.match(row) or (not separated and len(_cells(row)) != len(header)):
                 break  # the table ended, or another began (so each row is read under one header: linear)
             for j, (at, cell) in enumerate(_cells(row)):
                 value = cell.strip().strip("`\"'")
@@ -483,7 +535,7 @@ def _encoded_prose(tok: str) -> bool:
         text = raw.decode("utf-8")
     except (binascii.Error, ValueError):
         return False
-    return " " in text and sum(c.isalpha() or c.isspace() for c in text) / max(len(text), 1) > 0.85
+    return " " in text and all(c.isprintable() or c.isspace() for c in text)
 
 
 def _public_pem(token: str) -> bool:
@@ -500,16 +552,25 @@ def _public_pem(token: str) -> bool:
     return b"CERTIFICATE" in head or b"PUBLIC KEY" in head
 
 
+_KEY_BEFORE = rx.compile(r"([A-Za-z_][A-Za-z0-9_]*)[\"']?[ \t]*[:=][ \t]*[\"']?$")
+_PUBLIC_PEM = rx.compile(r"-----BEGIN (?:CERTIFICATE|[A-Z ]*PUBLIC KEY|X509 CRL|CERTIFICATE REQUEST)-----[\s\S]*?-----END [A-Z0-9 ]+-----")
+
+
 def _tokens(text: str) -> list[Finding]:
     out = []
+    public = [(m.start(), m.end()) for m in _PUBLIC_PEM.finditer(text)] if "-----BEGIN" in text else []
     for m in _TOKEN.finditer(text):
-        if not _random_token(m.group(0)):
+        if not _random_token(m.group(0)) or any(a <= m.start() < b for a, b in public):
             continue
         word_start = max(text.rfind(c, max(0, m.start() - 2048), m.start()) for c in " \t\n\"'`(<[") + 1
         if "://" in text[word_start:m.start()] and text[m.start() - 1] != "=":
             continue  # a URL's path or fragment; a value in its query ("?sig=...") still counts
         if _PUBLIC_KEY.search(text[max(0, m.start() - 40):m.start()]) or _public_pem(m.group(0)):
             continue  # an SSH public key or a base64 certificate: published on purpose
+        key = _KEY_BEFORE.search(text[max(0, m.start() - 60):m.start()])
+        if key and (_segments(key.group(1))[-1:] in (["cursor"], ["marker"]) or
+                    any(a in _NOT_CRED_BEFORE and b == "token" for a, b in zip(_segments(key.group(1)), _segments(key.group(1))[1:]))):
+            continue  # "NextToken": "...": a page cursor, not a credential
         out.append(Finding("high_entropy_token", m.start(), m.end()))
     return out
 
@@ -521,7 +582,7 @@ def find_secrets(text: str, view: str = "plain") -> list[Finding]:
     """Every finding in ``text``, overlapping ones merged."""
     out = [Finding(kind, m.start(g), m.end(g)) for kind, pattern, g in SHAPES for m in pattern.finditer(text)
            if g == 0 or m.end(g) == len(text) or not _is_word(text[m.end(g)]) or kind in ("url_credentials",)]
-    out = [f for f in out if f.kind != "email" or not _EXAMPLE_DOMAIN.search(text[f.start:f.end].rsplit("@", 1)[1])]
+    out = [f for f in out if f.kind != "email" or _is_address(text, f)]
     out = [f for f in out if f.kind not in ("bearer_token", "basic_auth") or _looks_generated(text[f.start:f.end])]
     out = [f for f in out if f.kind != "private_key" or _KEY_BODY.search(text[f.start:f.end])]
     out += _phones(text) + _numbers(text) + _context_values(text) + _literals(text) + _table_columns(text) + _tokens(text)
