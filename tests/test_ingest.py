@@ -164,3 +164,21 @@ def test_pdf_pages_stay_true_after_redaction(store, tmp_path):
     from microrag_engine.augment import citation
 
     assert citation(hits[0]) == f"[source: lab/manual.pdf · chunk {hits[0].chunk.index} · p. 2]"
+
+
+def test_a_subfolder_joins_its_folders_collection(store, tmp_path):
+    docs = write(tmp_path / "docs", {"sub/ls.md": body("listing"), "index.md": body("home")})
+    ingest_paths(store, [docs], SEED)
+    again = ingest_paths(store, [docs / "sub"], SEED)
+    assert again.changes == 0 and again.unchanged == ["docs/sub/ls.md"]
+    assert set(store.documents()) == {"docs/sub/ls.md", "docs/index.md"}
+
+
+def test_filters_are_parsed_strictly_and_fields_ignore_case(store, tmp_path):
+    for bad in (["path"], ["=x"], ["path="]):
+        with pytest.raises(ValueError, match="FIELD=GLOB"):
+            DocFilter.parse(bad)
+    ingest_paths(store, [write(tmp_path / "docs", FILTERED)], SEED)
+    engine = Engine.from_store(store, SEED)
+    hits = engine.retrieve("token", where=DocFilter.parse(["PATH=guide/cors.md"]), top_k=10).hits
+    assert {h.chunk.doc for h in hits} == {"docs/guide/cors.md"}

@@ -59,6 +59,8 @@ def test_watch_follows_adds_edits_renames_and_deletes(tmp_path):
         (docs / "a.md").unlink()
         (docs / "notes.png").write_bytes(b"\x89PNG not a document")  # ignored, not an error
         assert settle(ix, {"docs/guide/c.md"})[0] == {"docs/guide/c.md"}
+        (docs / "guide").rename(docs / "manual")  # one event for the folder: its files move with it
+        assert settle(ix, {"docs/manual/c.md"})[0] == {"docs/manual/c.md"}
     finally:
         stop.set()
         thread.join(timeout=10)

@@ -200,8 +200,13 @@ class Engine:
         title and front matter."""
         records = self.records or {d.path: DocRecord(d.path, "", meta=_with_title(d)) for d in self.documents}
         readable = None if labels is None else set(labels)
-        return {doc for doc, rec in records.items() if where.admits(rec) and not rec.label.startswith("_")
-                and (readable is None or rec.label in readable)}
+        visible = {doc: rec for doc, rec in records.items()
+                   if not rec.label.startswith("_") and (readable is None or rec.label in readable)}
+        known = {"path", "doc", "collection", "label"} | {k.lower() for rec in visible.values() for k, _ in rec.meta}
+        unknown = sorted(where.fields() - known)
+        if unknown:
+            log.warning("no document has the field(s) %s; fields: %s", ", ".join(unknown), ", ".join(sorted(known)))
+        return {doc for doc, rec in visible.items() if where.admits(rec)}
 
     def _doc_prior(self, settings: Settings) -> dict[str, float]:
         """The length prior per document (``retrieve.cap.long_doc_penalty``), computed once per engine."""

@@ -239,8 +239,8 @@ class Source:
     def doc_id(self, doc: Document) -> str:
         # A file's id is its path under the collection's root; a .jsonl record names its own
         # document, so it is rooted at the collection whatever folder the file sits in.
-        sub = "" if self.path == self.root or dict(doc.meta).get("from_file") else \
-            self.path.parent.relative_to(self.root).as_posix()
+        base = self.path if self.path.is_dir() else self.path.parent
+        sub = "" if self.path == self.root or dict(doc.meta).get("from_file") else base.relative_to(self.root).as_posix()
         parts = [p for p in (self.collection, "" if sub == "." else sub, doc.path) if p]
         return "/".join(parts)
 
@@ -263,7 +263,7 @@ def resolve_source(path: Path, name: str | None, known: dict[str, str], existing
     path = path.resolve()
     if name is not None and name != "" and not _COLLECTION_NAME.match(name):
         raise CorpusError(f"invalid collection name {name!r}: use letters, digits, '.', '_' or '-' (up to 64)")
-    if path.is_file() and name is None:
+    if name is None:  # a file or subfolder of a folder already ingested joins its collection, same ids
         for known_name, folder in sorted(known.items(), key=lambda kv: -len(kv[1])):
             if _under(str(path), folder):
                 return Source(path, Path(folder), known_name)
@@ -290,6 +290,7 @@ def ingest_paths(
     """Ingest every readable file under ``paths``. Ids carry their collection (``resolve_source``;
     ``collection=""`` keeps them unqualified, as ``--corpus`` runs do). Documents of these
     folders whose files are gone are reported, and removed with ``prune``."""
+    check_compatible(store.meta(), settings)  # before any file is parsed: a wrong preset fails fast
     existing = store.documents()
     known = collections(store.meta())
     docs: list[Document] = []

@@ -19,14 +19,26 @@ from pathlib import Path
 from .config import Settings
 from .errors import CorpusError, MicroRAGError
 from .ingest import IngestReport, delete_documents, ingest_paths
-from .load import SUPPORTED
+from .load import SUPPORTED, iter_files
 from .store.base import Store
 
 
-def _batch(store: Store, changes: Iterable[tuple[str, Path]], settings: Settings, label: str | None) -> IngestReport | None:
+def _hidden(path: Path, roots: list[Path]) -> bool:
+    """A dot-file or dot-folder below the watched folder (editors' swap files, .git) - the
+    folder itself may well sit under one (~/.local/docs)."""
+    for root in roots:
+        if path.is_relative_to(root):
+            return any(part.startswith(".") for part in path.relative_to(root).parts)
+    return True  # outside every watched folder: not ours
+
+
+def _batch(store: Store, changes: Iterable[tuple[str, Path]], settings: Settings, label: str | None,
+           roots: list[Path]) -> IngestReport | None:
     """Apply one batch of (kind, path) events; ``None`` when nothing indexed changed."""
-    touched = {p.resolve() for kind, p in changes if kind != "deleted" and p.is_file()
-               and p.suffix.lower() in SUPPORTED and not any(part.startswith(".") for part in p.parts)}
+    paths = [p for kind, p in changes if kind != "deleted"]
+    # a folder renamed or moved in arrives as one event for the folder: take the files in it
+    files = [f for p in paths for f in ([p] if p.is_file() else (x for x, _ in iter_files(p)) if p.is_dir() else [])]
+    touched = {f.resolve() for f in files if f.suffix.lower() in SUPPORTED and not _hidden(f.resolve(), roots)}
     removed = {p.resolve() for kind, p in changes if kind == "deleted" or not p.exists()}
     report = IngestReport()
     gone = sorted(r.doc for r in store.documents().values() if r.origin
@@ -55,7 +67,8 @@ def watch(store: Store, paths: list[str | Path], settings: Settings, on_report: 
     except ImportError:
         raise MicroRAGError("--watch needs its extra: pip install 'microrag-engine[watch]'") from None
     kinds = {Change.added: "added", Change.modified: "modified", Change.deleted: "deleted"}
+    roots = [Path(p).resolve() for p in paths]
     for events in file_events(*paths, stop_event=stop, debounce=debounce_ms, raise_interrupt=False):
-        report = _batch(store, [(kinds[c], Path(p)) for c, p in events], settings, label)
+        report = _batch(store, [(kinds[c], Path(p)) for c, p in events], settings, label, roots)
         if report is not None:
             on_report(report)

@@ -134,3 +134,17 @@ def test_ingest_without_a_terminal_reports_progress_in_lines(capsys, monkeypatch
     quiet = index.every(3600.0)
     quiet(1, 2)
     assert capsys.readouterr().err == ""  # not yet due: nothing
+
+
+def test_ingest_and_filter_mistakes_are_one_line_errors(tmp_path):
+    docs = tmp_path / "docs"
+    docs.mkdir()
+    (docs / "a.md").write_text("# A\n\nThe VPN uses WireGuard on port 51820.")
+    not_a_folder = tmp_path / "file.txt"
+    not_a_folder.write_text("x")
+    for args in (["ingest", str(docs), "--index", str(not_a_folder)],
+                 ["ingest", str(docs), "--index", str(tmp_path / "ix"), "--collection", ""],
+                 ["retrieve", "vpn", "--corpus", str(docs), "--preset", "seed", "--where", "path"]):
+        proc = run_cli(*args)
+        assert proc.returncode != 0 and "Traceback" not in proc.stderr, args
+        assert len(proc.stderr.strip().splitlines()) == 1, proc.stderr

@@ -103,3 +103,9 @@ def test_a_scanned_page_is_read_by_tesseract(tmp_path):
     page.save(tmp_path / "scan.pdf", "PDF", resolution=200)  # an image, no text layer
     (doc,) = load_documents([tmp_path / "scan.pdf"])
     assert "paid within thirty days" in doc.text
+
+
+def test_bare_page_numbers_at_the_top_or_bottom_are_dropped():
+    pages = ["5\n3 Utilities\nThe asn1Parser tool reads definitions.", "Concept Index\nasn1 parser\n32"]
+    assert drop_running_lines(pages + ["x\ny"]) [:2] == ["3 Utilities\nThe asn1Parser tool reads definitions.",
+                                                          "Concept Index\nasn1 parser"]

@@ -15,6 +15,7 @@ import time
 from collections.abc import Callable
 
 from ..config import override
+from ..errors import MicroRAGError
 from ..ingest import IngestReport, delete_documents, ingest_paths
 from ..store import default_location, open_store
 from ..store.base import Store
@@ -69,6 +70,8 @@ def _print(args: argparse.Namespace, as_json: object, text: str) -> None:
 
 
 def cmd_ingest(args: argparse.Namespace) -> int:
+    if args.collection is not None and not args.collection.strip():
+        raise MicroRAGError("--collection needs a name (letters, digits, '.', '_' or '-'); leave it out to use the folder's name")
     store = open_store(_location(args), create=True)
     try:
         settings = override(settings_for(args, args.preset or preset_for(store.meta())), dlp=args.dlp)

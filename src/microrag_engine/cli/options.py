@@ -136,7 +136,10 @@ def preset_for(meta: dict[str, str]) -> str:
 
 def filter_of(args: argparse.Namespace) -> DocFilter | None:
     """The ``--where``/``--exclude`` filter, or None when neither is given."""
-    found = DocFilter.parse(args.where, args.exclude)
+    try:
+        found = DocFilter.parse(args.where, args.exclude)
+    except ValueError as exc:
+        raise MicroRAGError(str(exc)) from None
     return found or None
 
 

@@ -76,15 +76,17 @@ def rank_line(r: Retrieval) -> str:
 
 
 def cmd_retrieve(args: argparse.Namespace) -> int:
+    where = filter_of(args)  # a malformed filter fails before any indexing
     engine = engine_for(args)
-    _print_retrieval(engine.retrieve(args.query, labels=labels_of(args), where=filter_of(args)), args.json, sys.stdout)
+    _print_retrieval(engine.retrieve(args.query, labels=labels_of(args), where=where), args.json, sys.stdout)
     return 0
 
 
 def cmd_rank(args: argparse.Namespace) -> int:
+    where = filter_of(args)
     engine = engine_for(args)
     for line in sys.stdin:
-        ranked = engine.retrieve(line.rstrip("\r\n"), safeguards=True, labels=labels_of(args), where=filter_of(args))
+        ranked = engine.retrieve(line.rstrip("\r\n"), safeguards=True, labels=labels_of(args), where=where)
         print(rank_line(ranked), flush=True)
     return 0
 
@@ -92,6 +94,7 @@ def cmd_rank(args: argparse.Namespace) -> int:
 def cmd_ask(args: argparse.Namespace) -> int:
     if not args.query.strip():
         raise MicroRAGError("the question is empty")
+    where = filter_of(args)
     engine = engine_for(args)
     llm = LLMConfig.from_env()
     if not args.quiet:
@@ -103,7 +106,7 @@ def cmd_ask(args: argparse.Namespace) -> int:
     if args.verify and not args.quiet:
         diag(f"verifying each sentence with NLI model '{engine.settings.nli}' (policy {engine.settings.verify_policy})")
     ans = engine.ask(args.query, llm=llm, on_piece=stream_out, labels=labels_of(args), verify=args.verify,
-                     where=filter_of(args))
+                     where=where)
     unavailable = [f for f in ans.flags if f.startswith("verify: unavailable")]
     if unavailable:  # asked for by name on the command line: an error, not a note
         raise MicroRAGError(unavailable[0].removeprefix("verify: unavailable (").removesuffix(")"))

@@ -48,6 +48,7 @@ def read_pdf(path: Path, rel: str) -> Document:
     """The visible text of a PDF, its page starts in ``meta["pages"]`` (see the module doc)."""
     from pypdf import PdfReader  # core dependency, imported when a PDF is met
 
+    logging.getLogger("pypdf").setLevel(logging.ERROR)  # its own warnings ("EOF marker not found") are ours to word
     reader = PdfReader(str(path))
     pages: list[str] = []
     scanned: list[int] = []  # numbers of pages with no text layer but an image: scans
@@ -117,6 +118,9 @@ def drop_leaders(text: str) -> str:
     return _LEADER.sub(r"\1", text)
 
 
+_PAGE_NUMBER = re.compile(r"^(?:page )?[-–(]? ?(?:0|[ivxlc]{2,}) ?[-–)]?$")
+
+
 def _running_key(line: str) -> str:
     return " ".join(re.sub(r"\d+", "0", line).split()).lower()  # digits ignored: every number reads 0
 
@@ -144,8 +148,8 @@ def drop_running_lines(pages: list[str]) -> list[str]:
         kept = []
         for i, line in enumerate(lines):
             key = _running_key(line) if i in zone else ""
-            if key in running and ("0" in key or key in met):
-                continue
+            if (key in running and ("0" in key or key in met)) or (key and _PAGE_NUMBER.match(key)):
+                continue  # a running line, or a bare page number ("5", "- 12 -", "xiv") at the top or bottom
             met.add(key)
             kept.append(line)
         out.append("\n".join(kept))

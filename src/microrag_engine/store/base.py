@@ -43,13 +43,13 @@ class DocRecord:
     def values(self, name: str) -> list[str]:
         """A filterable field's values: ``path`` (the doc id, and the id within its collection),
         ``collection``, ``label``, or a meta key (front matter, ``title``)."""
+        name = name.lower()  # field names match whatever case the front matter used
         if name in ("path", "doc"):
             inner = self.doc[len(self.collection) + 1:] if self.collection and self.doc.startswith(self.collection + "/") else ""
             return [self.doc, inner] if inner else [self.doc]
         if name in ("collection", "label"):
             return [str(getattr(self, name))]
-        found = dict(self.meta).get(name)
-        return [found] if found is not None else []
+        return [v for k, v in self.meta if k.lower() == name]
 
 
 def encode_meta(meta: tuple[tuple[str, str], ...]) -> str:
@@ -87,15 +87,21 @@ class DocFilter:
 
     @classmethod
     def parse(cls, where: list[str] | None = None, exclude: list[str] | None = None) -> DocFilter:
-        """From ``FIELD=GLOB`` strings (the CLI's ``--where``/``--exclude``); a bare glob means ``path``."""
+        """From ``FIELD=GLOB`` strings (the CLI's ``--where``/``--exclude``); raises ``ValueError``
+        with a one-line reason for anything else."""
         def pairs(items: list[str] | None) -> tuple[tuple[str, str], ...]:
             out = []
             for item in items or []:
                 name, sep, value = item.partition("=")
-                out.append((name.strip(), value.strip()) if sep else ("path", item.strip()))
+                if not sep or not name.strip() or not value.strip():
+                    raise ValueError(f"filter {item!r} is not FIELD=GLOB (e.g. 'path=tutorial/*', 'title=*OAuth*')")
+                out.append((name.strip(), value.strip()))
             return tuple(out)
 
         return cls(pairs(where), pairs(exclude))
+
+    def fields(self) -> set[str]:
+        return {name.lower() for name, _ in (*self.where, *self.exclude)}
 
 
 @dataclass

@@ -53,7 +53,12 @@ class SQLiteStore(Store):
         self.file = path / "index.sqlite" if path.suffix != ".sqlite" else path
         if not self.file.exists() and not create:
             raise MicroRAGError(f"no index at {self.file.parent}; build one with: microrag ingest PATH --index {self.file.parent}")
-        self.file.parent.mkdir(parents=True, exist_ok=True)
+        if path.suffix != ".sqlite" and path.exists() and not path.is_dir():
+            raise MicroRAGError(f"{path} is a file, not an index folder; pass a folder (or a .sqlite file) to --index")
+        try:
+            self.file.parent.mkdir(parents=True, exist_ok=True)
+        except OSError as exc:
+            raise MicroRAGError(f"cannot create the index folder {self.file.parent}: {exc.strerror}") from None
         try:
             self.db = sqlite3.connect(self.file, timeout=30, isolation_level=None, check_same_thread=False)
             self.db.execute("PRAGMA journal_mode=WAL")
