@@ -131,3 +131,12 @@ def test_the_core_imports_and_loads_without_any_extra(tmp_path):
     assert proc.returncode == 0, proc.stderr
     assert proc.stdout.strip() == "['a.md']"
     assert "install microrag-engine[formats]" in proc.stderr and "Traceback" not in proc.stderr
+
+
+def test_a_short_latin1_text_reads_as_west_european():
+    """An outside review: a one-line Latin-1 file came out as 'Café crčme' (charset-normalizer's cp1250 guess)."""
+    from microrag_engine.load.base import decode_bytes
+
+    assert decode_bytes(b"Caf\xe9 cr\xe8me br\xfbl\xe9e na\xefve \xe0 la fran\xe7aise") == "Café crème brûlée naïve à la française"
+    polish = "Zażółć gęślą jaźń, to jest polski tekst o długości wystarczającej do rozpoznania kodowania znaków."
+    assert decode_bytes(polish.encode("cp1250")) == polish  # a Central European file still reads as such

@@ -39,6 +39,17 @@ _WESTERN = ("cp1252", "latin_1", "iso8859_15")
 _CONTROL = re.compile(r"[\x00-\x08\x0e-\x1a\x1c-\x1f\x7f]")  # C0 controls no text file holds (not \t\n\v\f\r, ESC)
 
 
+_WESTERN_MARKS = frozenset("\u2018\u2019\u201c\u201d\u2013\u2014\u2026\u20ac\u00a0\u00ab\u00bb\u00b0\u00a3\u00a7")
+
+
+def _plain_western(text: str) -> bool:
+    """Read as cp1252, every non-ASCII character is a West European letter or common mark
+    (é, ü, ç, ’, “, –, €): short texts give charset-normalizer too little to tell cp1252 from
+    cp1250/cp1257, and West European text is by far the commonest legacy case."""
+    rest = [c for c in text if not c.isascii()]
+    return bool(rest) and all(("\u00c0" <= c <= "\u00ff" and c not in "\u00d7\u00f7") or c in _WESTERN_MARKS for c in rest)
+
+
 def decode_bytes(raw: bytes, name: str = "file") -> str:
     """The text of ``raw``; raises ``ValueError`` when it is not text in any encoding we
     recognise (``name`` only labels the log line saying which encoding was guessed)."""
@@ -64,7 +75,7 @@ def decode_bytes(raw: bytes, name: str = "file") -> str:
     except UnicodeDecodeError:  # one of the five bytes cp1252 leaves undefined
         western = None
     # charset-normalizer lists one of several code pages that decode alike ("cp1250" for "caf\xe9").
-    if western is not None and any(r.encoding in _WESTERN or str(r) == western for r in tied):
+    if western is not None and (any(r.encoding in _WESTERN or str(r) == western for r in tied) or _plain_western(western)):
         encoding, text = "cp1252", western
     sample = text[:65536]
     if len(_CONTROL.findall(sample)) > len(sample) // 100:
