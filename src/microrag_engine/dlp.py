@@ -91,6 +91,7 @@ _PHONE = [
 ]
 
 
+_MESSAGE_ID = rx.compile(r"^[0-9]{8,}[.$]")
 _PAIR_AFTER = rx.compile(r"^ [0-9A-Fa-f]{2}$")
 _PAIR_BEFORE = rx.compile(r"(?:^|\s)[0-9A-Fa-f]{2} $")
 
@@ -98,8 +99,9 @@ _PAIR_BEFORE = rx.compile(r"(?:^|\s)[0-9A-Fa-f]{2} $")
 def _is_address(text: str, f: Finding) -> bool:
     """An e-mail address someone has, not a URL's userinfo (git+ssh://git@host/...), an scp-style
     remote (git@github.com:org/repo.git) or an address at a domain reserved for examples."""
-    if _EXAMPLE_DOMAIN.search(text[f.start:f.end].rsplit("@", 1)[1]):
-        return False
+    local, domain = text[f.start:f.end].rsplit("@", 1)
+    if _EXAMPLE_DOMAIN.search(domain) or _MESSAGE_ID.match(local):
+        return False  # reserved for examples; a Message-ID (<20030112190404.GE29873@host>) names a message
     word_start = max(text.rfind(c, max(0, f.start - 300), f.start) for c in " \t\n\"'`(<[") + 1
     if "://" in text[word_start:f.start] or text[word_start:f.start].endswith(":"):
         return False
@@ -420,6 +422,9 @@ _LITERAL = rx.compile(r"`([^\s`\"']{6,80})`|\"([^\s`\"']{6,80})\"|'([^\s`\"']{6,
 _CRED_SEGMENT = frozenset("pw pwd pass passwd password passphrase secret token key apikey cred creds credential credentials".split())
 
 
+_FILE_NAME = rx.compile(r"(?i)\.(?:pem|key|crt|cer|p12|pfx|json|ya?ml|txt|env|ini|conf|cfg|toml|xml|gpg|asc|pub)$")
+
+
 def _self_described(value: str) -> bool:
     parts = _segments(value)
     if not _CRED_SEGMENT.intersection(parts) or _placeholder(value):
@@ -428,6 +433,11 @@ def _self_described(value: str) -> bool:
         return False  # SECRET_KEY, OAuth2PasswordRequestForm, secrets.compare_digest, paths, key=str.lower
     if "@" in value and _EXAMPLE_DOMAIN.search(value.rsplit("@", 1)[1]):
         return False  # joe:password@example.com: an example's userinfo
+    if any(c in value for c in "*>:") or _FILE_NAME.search(value):
+        return False  # token_*, self->key, user:pass, server-key.pem: a glob, code, a pair of names, a file
+    letters = [c for c in value if c.isalpha()]
+    if not any(c.isdigit() for c in value) and (all(c.islower() for c in letters) or all(c.isupper() for c in letters)):
+        return False  # one case and no digits (X-TOKEN-SECRET, my_api_key): a name; generated values mix
     pieces = value.split("-")
     if all(p.islower() and p.isalpha() for p in pieces if p):
         return False  # a kebab-case name: api-key, my-secret-volume
