@@ -291,6 +291,8 @@ def _names_credential(key: str) -> bool:
     for i, p in enumerate(parts):
         if i > 0 and parts[i - 1] in _NOT_CRED_BEFORE:
             continue  # NextToken, page_token
+        if p == "pass" and i < len(parts) - 1:
+            continue  # PassThrough, pass_through, passport: "pass" names a credential only as the last word (DB_PASS)
         if p in _CRED_WORDS or (len(p) > 5 and p.endswith(_CRED_ENDINGS)):
             return True
         if p == "key" and i > 0 and parts[i - 1] in _KEY_QUALIFIERS:
@@ -369,8 +371,9 @@ def _context_values(text: str) -> list[Finding]:
     out = []
     for m in _ASSIGN.finditer(text):
         key, op, value = m.group(1), m.group(2), m.group(3)
-        if not _names_credential(key) or value.startswith("[REDACTED") or text[m.end(2):m.end(2) + 1] == "=":
-            continue  # a word that only contains one ("bypass"); already redacted; "==" compares
+        if not _names_credential(key) or value.startswith("[REDACTED") or text[m.end(2):m.end(2) + 1] == "=" \
+                or text[m.start(1) - 1:m.start(1)] in ("/", ".", "\\", "$", "%"):
+            continue  # a word that only contains one ("bypass"); already redacted; "=="; /etc/passwd, $PASSWORD
         if op.startswith(","):  # define('KEY', 'value'): the operator took the value's opening quote
             if text[m.end(3):m.end(3) + 1] != op[-1]:
                 continue
@@ -480,9 +483,10 @@ def _table_columns(text: str) -> list[Finding]:
         header = _cells(line)
         # a Markdown table has a separator row; office tables and exports come as "a | b | c" rows
         separated = _TABLE_SEP.match(lines[i + 1][1]) is not None
-        if not separated and (len(header) < 2 or len(_cells(lines[i + 1][1])) != len(header)):
-            continue
-        secrets = {j for j, (_, h) in enumerate(header) if _names_credential(h)}
+        if not separated and (len(header) < 2 or len(_cells(lines[i + 1][1])) != len(header)
+                              or (i > 0 and "|" in lines[i - 1][1])):
+            continue  # without a separator row, only the first row of a block can be its header
+        secrets = {j for j, (_, h) in enumerate(header) if _names_credential(h) and len(h.split()) <= 2}
         ids = {j for j, (_, h) in enumerate(header) if _ID_WORDS.search(h)}
         for start, row in lines[i + (2 if separated else 1):] if secrets or ids else []:
             if "|" not in row or _TABLE_SEP.match(row) or (not separated and len(_cells(row)) != len(header)):
@@ -515,6 +519,12 @@ def entropy(s: str) -> float:
 
 
 _HEX_OR_WORD = rx.compile(r"^(?:[0-9a-f]+|[0-9A-F]+|[A-Z]+|[a-z]+|[A-Z][a-z]+)$")
+
+
+def _wordy(value: str) -> bool:
+    """Most letters in word-shaped runs (RetryHandler, OAuth2PasswordRequestForm): a name, not random."""
+    letters = sum(c.isalpha() for c in value)
+    return letters > 0 and sum(len(w) for w in _WORDISH.findall(value) if len(w) >= 3) / letters >= 0.6
 
 
 def _random_token(tok: str) -> bool:
@@ -562,6 +572,8 @@ def _public_pem(token: str) -> bool:
     return b"CERTIFICATE" in head or b"PUBLIC KEY" in head
 
 
+_HASH_BEFORE = rx.compile(r"(?i)(?:sha-?(?:1|224|256|384|512)|md5|blake2[bs]?|digest|checksum|hash|fingerprint|thumbprint|"
+                          r"integrity)[^\n]{0,12}$")
 _KEY_BEFORE = rx.compile(r"([A-Za-z_][A-Za-z0-9_]*)[\"']?[ \t]*[:=][ \t]*[\"']?$")
 _PUBLIC_PEM = rx.compile(r"-----BEGIN (?:CERTIFICATE|[A-Z ]*PUBLIC KEY|X509 CRL|CERTIFICATE REQUEST)-----[\s\S]*?-----END [A-Z0-9 ]+-----")
 
@@ -577,6 +589,8 @@ def _tokens(text: str) -> list[Finding]:
             continue  # a URL's path or fragment; a value in its query ("?sig=...") still counts
         if _PUBLIC_KEY.search(text[max(0, m.start() - 40):m.start()]) or _public_pem(m.group(0)):
             continue  # an SSH public key or a base64 certificate: published on purpose
+        if _HASH_BEFORE.search(text[max(0, m.start() - 24):m.start()]):
+            continue  # a digest ("sha256 value: bYkw5o..."), published to check a download
         key = _KEY_BEFORE.search(text[max(0, m.start() - 60):m.start()])
         if key and (_segments(key.group(1))[-1:] in (["cursor"], ["marker"]) or
                     any(a in _NOT_CRED_BEFORE and b == "token" for a, b in zip(_segments(key.group(1)), _segments(key.group(1))[1:]))):
@@ -593,7 +607,9 @@ def find_secrets(text: str, view: str = "plain") -> list[Finding]:
     out = [Finding(kind, m.start(g), m.end(g)) for kind, pattern, g in SHAPES for m in pattern.finditer(text)
            if g == 0 or m.end(g) == len(text) or not _is_word(text[m.end(g)]) or kind in ("url_credentials",)]
     out = [f for f in out if f.kind != "email" or _is_address(text, f)]
-    out = [f for f in out if f.kind not in ("bearer_token", "basic_auth") or _looks_generated(text[f.start:f.end])]
+    out = [f for f in out if f.kind != "url_credentials" or not _placeholder(text[f.start:f.end])]
+    out = [f for f in out if f.kind not in ("bearer_token", "basic_auth")
+           or (_looks_generated(text[f.start:f.end]) and not _wordy(text[f.start:f.end]))]
     out = [f for f in out if f.kind != "private_key" or _KEY_BODY.search(text[f.start:f.end])]
     out += _phones(text) + _numbers(text) + _context_values(text) + _literals(text) + _table_columns(text) + _tokens(text)
     return merge([Finding(f.kind, f.start, f.end, view) for f in out])
