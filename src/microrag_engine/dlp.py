@@ -310,6 +310,8 @@ def _looks_generated(value: str) -> bool:
     return len(value) >= 6 and ((letters and digits) or inner_capital or symbol or passphrase)
 
 
+_EXPRESSION = rx.compile(r"^[A-Za-z_][A-Za-z0-9_.]*[\[(]")  # os.environ[...], getenv(...)
+_TEMPLATE = rx.compile(r"\{[A-Za-z_][A-Za-z0-9_.]*\}|\{\{|%\([a-z_]+\)")  # "{password}", "{{ token }}", "%(pw)s"
 _CODE_SHAPE = rx.compile(r"[A-Za-z0-9_]\(|[A-Za-z0-9_]\[|\{[A-Za-z_][A-Za-z0-9_.]*\}|\{\{|\)$")
 
 
@@ -336,16 +338,18 @@ def _credential_value(value: str, op: str, config_line: bool, key: str, rest_of_
     inner = value[1:-1] if quoted else value.rstrip(",)]}")
     if _placeholder(inner):
         return False
-    bare_key = _segments(key)[-1:] == ["key"]  # SORT_KEY=name is not a secret; APP_KEY=9f2c... is
+    parts = _segments(key)  # SORT_KEY=name is not a secret; APP_KEY=9f2c... is
+    bare_key = parts[-1:] == ["key"] and (len(parts) < 2 or parts[-2] not in _KEY_QUALIFIERS)
     if quoted:  # a message, a template or the key's own name is not a password
-        return (len(inner.split()) < 3 and not _CODE_SHAPE.search(inner) and inner.lower() != key.lower()
+        return (len(inner.split()) < 3 and not _TEMPLATE.search(inner) and inner.lower() != key.lower()
                 and (not bare_key or _looks_generated(inner)))
     if op[:1].isspace() or not config_line:
         # mid-sentence or mid-line: only a value that looks generated ("hunter2", "Sup3r!"), not "required"
         return not _is_code(inner) and _looks_generated(inner)
     if key.isupper() and op in ("=", ":"):
         # .env and compose files: values are literal strings, whatever characters they hold
-        return not inner.startswith(("$", "<")) and (not bare_key or _looks_generated(inner))
+        return (not inner.startswith(("$", "<")) and _EXPRESSION.match(inner) is None and _DOTTED.match(inner) is None
+                and (not bare_key or _looks_generated(inner)))
     if _is_code(inner) or (bare_key and not _looks_generated(inner)):
         return False
     later = rest_of_line.strip()
@@ -371,9 +375,10 @@ def _context_values(text: str) -> list[Finding]:
     out = []
     for m in _ASSIGN.finditer(text):
         key, op, value = m.group(1), m.group(2), m.group(3)
+        before = text[m.start(1) - 1:m.start(1)]
         if not _names_credential(key) or value.startswith("[REDACTED") or text[m.end(2):m.end(2) + 1] == "=" \
-                or text[m.start(1) - 1:m.start(1)] in ("/", ".", "\\", "$", "%"):
-            continue  # a word that only contains one ("bypass"); already redacted; "=="; /etc/passwd, $PASSWORD
+                or before in ("$", "%") or (op.startswith(",") and before in ("/", ".", "\\")):
+            continue  # "bypass"; already redacted; "=="; $PASSWORD; readFile('/etc/passwd', 'utf8')
         if op.startswith(","):  # define('KEY', 'value'): the operator took the value's opening quote
             if text[m.end(3):m.end(3) + 1] != op[-1]:
                 continue
@@ -486,7 +491,7 @@ def _table_columns(text: str) -> list[Finding]:
         if not separated and (len(header) < 2 or len(_cells(lines[i + 1][1])) != len(header)
                               or (i > 0 and "|" in lines[i - 1][1])):
             continue  # without a separator row, only the first row of a block can be its header
-        secrets = {j for j, (_, h) in enumerate(header) if _names_credential(h) and len(h.split()) <= 2}
+        secrets = {j for j, (_, h) in enumerate(header) if _names_credential(h) and len(h.strip()) <= 32}  # a label
         ids = {j for j, (_, h) in enumerate(header) if _ID_WORDS.search(h)}
         for start, row in lines[i + (2 if separated else 1):] if secrets or ids else []:
             if "|" not in row or _TABLE_SEP.match(row) or (not separated and len(_cells(row)) != len(header)):
@@ -519,6 +524,14 @@ def entropy(s: str) -> float:
 
 
 _HEX_OR_WORD = rx.compile(r"^(?:[0-9a-f]+|[0-9A-F]+|[A-Z]+|[a-z]+|[A-Z][a-z]+)$")
+
+
+def _credential_token(value: str) -> bool:
+    """After "Bearer"/"Basic": base64 or a generated token, not a word ("basic authentication",
+    "Basic RetryHandler")."""
+    if any(c.isdigit() or c in "+/=" for c in value):
+        return True
+    return _looks_generated(value) and not _wordy(value)
 
 
 def _wordy(value: str) -> bool:
@@ -608,8 +621,7 @@ def find_secrets(text: str, view: str = "plain") -> list[Finding]:
            if g == 0 or m.end(g) == len(text) or not _is_word(text[m.end(g)]) or kind in ("url_credentials",)]
     out = [f for f in out if f.kind != "email" or _is_address(text, f)]
     out = [f for f in out if f.kind != "url_credentials" or not _placeholder(text[f.start:f.end])]
-    out = [f for f in out if f.kind not in ("bearer_token", "basic_auth")
-           or (_looks_generated(text[f.start:f.end]) and not _wordy(text[f.start:f.end]))]
+    out = [f for f in out if f.kind not in ("bearer_token", "basic_auth") or _credential_token(text[f.start:f.end])]
     out = [f for f in out if f.kind != "private_key" or _KEY_BODY.search(text[f.start:f.end])]
     out += _phones(text) + _numbers(text) + _context_values(text) + _literals(text) + _table_columns(text) + _tokens(text)
     return merge([Finding(f.kind, f.start, f.end, view) for f in out])
