@@ -49,6 +49,7 @@ TECH_DOCS = [
     '"NextToken": "EXAMPLErZXIiOiBudWxsLCAiYm90b190cnVuY2F0ZV9hbW91bnQiOiAxfQ=="',
     "--context-entries \"ContextKeyName='aws:CurrentTime',ContextKeyValues='2019-04-25T11:00:00Z'\"",
     "If you proxy requires basic authentication, send it in the header.",
+    "`object.passphrase` is optional. Encrypted keys will be decrypted with it",
     "Use `server-key.pem`, the `X-TOKEN-SECRET` header and `token_*` names; see <20030112190404.GE29873@epoch.metaslash.com>",
     "-----BEGIN CERTIFICATE-----\nMIIDdzCCAl+gAwIBAgIEAgAAuTANBgkqhkiG9w0BAQUFADBaMQswCQYDVQQGEwJJRTES\n-----END CERTIFICATE-----",
 ]

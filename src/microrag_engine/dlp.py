@@ -247,6 +247,7 @@ _ASSIGN = rx.compile(
 # A passphrase is words: "passphrase: correct horse battery staple" (to the end of the line, up to 8 words)
 _PASSPHRASE = rx.compile(r"(?im)\bpassphrase[\"'`]?[ \t]*(?::|=|[ \t]is)[ \t]*"
                          r"((?:[a-z0-9!@#$%^&*.-]+[ \t]+){2,7}[a-z0-9!@#$%^&*.-]+)[ \t]*$")
+_NOT_PASSPHRASE = frozenset("optional required none null empty unset set not the a an is must should can may".split())
 # mysql -pSECRET (the password glued to the flag)
 _MYSQL_P = rx.compile(r"\bmysql(?:dump|admin)?\b[^\n]*?[ \t]-p([^\s'\"]{4,})")
 # A credential word, then a quoted literal with no operator: pass `C0b@lt!`, password "5^CPt".
@@ -343,7 +344,8 @@ def _credential_value(value: str, op: str, config_line: bool, key: str, rest_of_
     if quoted:  # a message, a template or the key's own name is not a password
         return (len(inner.split()) < 3 and not _TEMPLATE.search(inner) and inner.lower() != key.lower()
                 and (not bare_key or _looks_generated(inner)))
-    if op[:1].isspace() or not config_line:
+    prose, op = op[:1].isspace() and op.strip() != ":", op.strip()  # " is", " for the NAS was reset to": prose
+    if prose or not config_line:
         # mid-sentence or mid-line: only a value that looks generated ("hunter2", "Sup3r!"), not "required"
         return not _is_code(inner) and _looks_generated(inner)
     if key.isupper() and op in ("=", ":"):
@@ -387,7 +389,7 @@ def _context_values(text: str) -> list[Finding]:
         line_end = text.find("\n", m.end(3))
         rest = text[m.end(3): line_end if line_end >= 0 else len(text)]
         config_line = _CONFIG_LINE.match(text[line_start:m.start(1)]) is not None
-        if _credential_value(value, op.strip() if op.strip() else op, config_line, key, rest):
+        if _credential_value(value, op, config_line, key, rest):
             start, end = (m.start(3), m.end(3)) if op.startswith(",") else _span(m, 3)
             out.append(Finding("secret_in_context", start, end))
     for m in _NAMED_LITERAL.finditer(text):
@@ -414,7 +416,9 @@ def _context_values(text: str) -> list[Finding]:
         if _names_credential(m.group(1)) and not _placeholder(inner) and not inner.startswith(("$", "{")):
             out.append(Finding("secret_in_context", *_span(m, 2)))
     for m in _PASSPHRASE.finditer(text):
-        out.append(Finding("secret_in_context", m.start(1), m.end(1)))
+        words = m.group(1).split()
+        if words[0].lower() not in _NOT_PASSPHRASE and not any(w.endswith((".", ",", ";", ":")) for w in words):
+            out.append(Finding("secret_in_context", m.start(1), m.end(1)))  # not "is optional. Encrypted keys will be"
     for m in _MYSQL_P.finditer(text):
         if not _placeholder(m.group(1)):
             out.append(Finding("secret_in_context", m.start(1), m.end(1)))
