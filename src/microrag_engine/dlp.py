@@ -311,7 +311,7 @@ def _looks_generated(value: str) -> bool:
     return len(value) >= 6 and ((letters and digits) or inner_capital or symbol or passphrase)
 
 
-_EXPRESSION = rx.compile(r"^[A-Za-z_][A-Za-z0-9_.]*[\[(]")  # os.environ[...], getenv(...)
+_EXPRESSION = rx.compile(r"^[A-Za-z_][A-Za-z0-9_.]*[\[(]")  # an environment lookup or any call: environ["X"], get(...)
 _TEMPLATE = rx.compile(r"\{[A-Za-z_][A-Za-z0-9_.]*\}|\{\{|%\([a-z_]+\)")  # "{password}", "{{ token }}", "%(pw)s"
 _CODE_SHAPE = rx.compile(r"[A-Za-z0-9_]\(|[A-Za-z0-9_]\[|\{[A-Za-z_][A-Za-z0-9_.]*\}|\{\{|\)$")
 
