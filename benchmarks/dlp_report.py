@@ -59,6 +59,11 @@ from microrag_engine.load import load_documents
 from microrag_engine.types import Document
 
 ROOT = Path(__file__).resolve().parents[1]
+
+
+def portable(text: str) -> str:
+    """Paths as any machine reads them: relative to the repository, or under ~."""
+    return text.replace(str(ROOT) + "/", "").replace(str(Path.home()), "~")
 RESULTS = ROOT / "benchmarks" / "results"
 GENERATOR = ROOT / "benchmarks" / "dlp" / "make_planted.py"
 DEFAULT_PLANTED = Path.home() / ".cache" / "microrag" / "dlp-planted-v1"
@@ -893,7 +898,7 @@ def write_report(args, planted: dict, lab: dict, negs: dict, cost_res: dict | No
             "</details>",
         ]
     RESULTS.mkdir(parents=True, exist_ok=True)
-    (RESULTS / "dlp.md").write_text("\n".join(L) + "\n", encoding="utf-8")
+    (RESULTS / "dlp.md").write_text(portable("\n".join(L) + "\n"), encoding="utf-8")
 
 
 def main() -> None:
@@ -963,7 +968,7 @@ def main() -> None:
         "cost": cost_res,
         "seconds": time.perf_counter() - t0,
     }
-    (RESULTS / "dlp.json").write_text(json.dumps(out, indent=1, ensure_ascii=False) + "\n", encoding="utf-8")
+    (RESULTS / "dlp.json").write_text(portable(json.dumps(out, indent=1, ensure_ascii=False) + "\n"), encoding="utf-8")
     print(f"wrote {RESULTS / 'dlp.md'} and dlp.json ({time.perf_counter() - t0:.0f} s)")
 
 
