@@ -549,22 +549,7 @@ def signature(d: Doc, f: str, ln: str) -> str:
     return f"--\n{f} {ln} | {title} | {d.co['name']}\nm: {d.phone('signature')} | e: {d.mail(f, ln, 'signature')}"
 
 
-NATIONAL_IDS = [
-    "us_ssn",
-    "uk_nino",
-    "de_tax_id",
-    "fr_nir",
-    "es_dni",
-    "es_nie",
-    "it_codice_fiscale",
-    "nl_bsn",
-    "be_national_number",
-    "pl_pesel",
-    "se_personnummer",
-    "fi_hetu",
-    "ca_sin",
-    "in_aadhaar",
-]
+NATIONAL_IDS = FAMILY["national ids"]  # one list: the report groups by FAMILY
 ID_LABEL = {
     "us_ssn": "SSN",
     "uk_nino": "NI number",
