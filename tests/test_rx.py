@@ -16,13 +16,13 @@ import importlib
 import multiprocessing as mp
 import pkgutil
 import re
-import time
 
 import pytest
 from hypothesis import Phase, given, settings
 from hypothesis import strategies as st
 
 import microrag_engine
+from helpers.timing import best_time
 from microrag_engine import guard, rx
 
 try:
@@ -91,14 +91,7 @@ def _worst(unit: str, tail: str, conn) -> None:
 
 
 def _best_of(k: int, fn, text: str) -> float:
-    best = float("inf")
-    for _ in range(k):
-        t0 = time.perf_counter()
-        fn(text)
-        best = min(best, time.perf_counter() - t0)
-        if best > CEILING_S:
-            break
-    return best
+    return best_time(lambda: fn(text), repeats=k, stop_after=CEILING_S)
 
 
 def _measure(unit: str, tail: str, hang_s: float = HANG_S) -> tuple[str, float, float]:

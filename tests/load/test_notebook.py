@@ -5,7 +5,6 @@ from __future__ import annotations
 
 import json
 import logging
-import time
 
 import pytest
 import writers
@@ -13,6 +12,7 @@ from hypothesis import given
 from hypothesis import settings as hsettings
 from hypothesis import strategies as st
 
+from helpers.timing import best_time
 from microrag_engine.load import load_documents, parse_upload
 from microrag_engine.load.notebook import MAX_OUTPUT_CHARS, notebook_text
 
@@ -107,12 +107,7 @@ def test_notebook_time_grows_linearly_with_its_cells():
     def took(n: int) -> float:
         body = json.dumps({"cells": [{"cell_type": "markdown", "source": "**a** [b](c) `d` " * 5},
                                      {"cell_type": "code", "source": "x = 1\n" * 5, "outputs": []}] * n})
-        best = float("inf")
-        for _ in range(3):
-            t = time.perf_counter()
-            notebook_text(body)
-            best = min(best, time.perf_counter() - t)
-        return best
+        return best_time(lambda: notebook_text(body))
 
     small, big = took(500), took(2_000)
     assert big / max(small, 1e-3) < 10, (small, big)  # linear: ~4x

@@ -4,13 +4,13 @@ harmless, no exception but ValueError, and time linear in the input."""
 from __future__ import annotations
 
 import logging
-import time
 
 import pytest
 from hypothesis import given
 from hypothesis import settings as hsettings
 from hypothesis import strategies as st
 
+from helpers.timing import best_time
 from microrag_engine.load import load_documents, parse_upload
 
 pytest.importorskip("docutils", reason="the formats extra is not installed")
@@ -218,12 +218,7 @@ def test_rst_structure_work_grows_linearly_on_repeated_input(unit, size, monkeyp
 def _work(unit: str, size: int) -> float:
     """Best of three times to read ``unit`` repeated to ``size`` characters."""
     text = _repeated(unit, size)
-    best = float("inf")
-    for _ in range(3):
-        t = time.perf_counter()
-        rst_text(text)
-        best = min(best, time.perf_counter() - t)
-    return best
+    return best_time(lambda: rst_text(text))
 
 
 @pytest.mark.parametrize("unit,size", UNITS)
