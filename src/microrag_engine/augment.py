@@ -1,6 +1,6 @@
 """Step 4 - augment: turn retrieved hits into chat messages for the model.
 
-In:  the question and the ``Hit``s from step 3.
+In:  the question and the ``Hit``s from step 3; in a conversation, the turns before it.
 Out: OpenAI-style ``[{"role": "system"|"user", "content": str}]``.
 
 The user message keeps the seed layout (``# Retrieved context``, blocks
@@ -17,7 +17,10 @@ from __future__ import annotations
 import secrets
 from collections.abc import Sequence
 
-from .types import NOT_IN_DOCUMENTS, Hit
+from .types import NOT_IN_DOCUMENTS, Hit, Turn
+
+HISTORY_TURNS = 8  # earlier messages the model sees, at most
+HISTORY_CHARS = 2000  # of each
 
 SYSTEM_PROMPT = (
     "You answer questions using ONLY the retrieved context. "
@@ -49,8 +52,14 @@ def build_messages(
     hits: Sequence[Hit],
     spotlight: bool = True,
     nonce: str | None = None,
+    history: Sequence[Turn] = (),
 ) -> list[dict[str, str]]:
-    """System + user messages for ``question`` grounded on ``hits``."""
+    """System + user messages for ``question`` grounded on ``hits``.
+
+    ``history``: the conversation before ``question``, as the caller sent it: the last
+    ``HISTORY_TURNS`` user and assistant messages go between the system prompt and the
+    question, so the model reads a follow-up in context. The caller's own system messages
+    are dropped: ours (the grounding and spotlighting rules) is the only one."""
     nonce = nonce or secrets.token_hex(6)
     blocks = []
     for h in hits:
@@ -61,4 +70,6 @@ def build_messages(
     context = "\n\n".join(blocks) if blocks else "(no passages were retrieved)"
     system = SYSTEM_PROMPT + (SPOTLIGHT_RULES.format(nonce=nonce) if spotlight else "")
     user = f"# Retrieved context\n\n{context}\n\n# User question\n{question}"
-    return [{"role": "system", "content": system}, {"role": "user", "content": user}]
+    earlier = [{"role": t.role, "content": t.content[:HISTORY_CHARS]} for t in history
+               if t.role in ("user", "assistant") and t.content.strip()][-HISTORY_TURNS:]
+    return [{"role": "system", "content": system}, *earlier, {"role": "user", "content": user}]

@@ -29,6 +29,7 @@ FUSIONS = ("minmax", "rrf")
 GATES = ("none", "kw", "em", "either")
 DLP_MODES = ("redact", "label", "off")
 VERIFY_POLICIES = ("flag", "drop", "refuse")
+CONDENSERS = ("auto", "lexical", "off")  # how a follow-up's retrieval query is made (retrieve.conversation)
 
 
 @dataclass(frozen=True)
@@ -66,6 +67,8 @@ class Settings:
     # Presidio's recognisers on top of ours (extra "pii"): off - ours validate cards, IBANs and
     # national ids by check digit, and Presidio cost 2.6 GB and 40% of an ingest (#16)
     dlp_presidio: bool = False
+    # conversations: how a follow-up's retrieval query is made (retrieve.conversation)
+    condense: str = "auto"  # auto: the LLM rewrites when one is configured, else lexical; lexical; off: last message only
     # whether `retrieve` applies gate + cap (the seed's bare retriever does not)
     safeguards_on_retrieve: bool = True
     # step 3b - cross-encoder rerank of the first ``rerank_depth`` fused candidates
@@ -95,6 +98,7 @@ class Settings:
             ("gate", GATES),
             ("dlp", DLP_MODES),
             ("verify_policy", VERIFY_POLICIES),
+            ("condense", CONDENSERS),
         ):
             value = getattr(self, name)
             if value not in allowed:

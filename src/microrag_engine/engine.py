@@ -12,7 +12,7 @@ from __future__ import annotations
 import logging
 import time
 from collections import Counter
-from collections.abc import Callable, Iterable, Iterator
+from collections.abc import Callable, Iterable, Iterator, Sequence
 from dataclasses import dataclass, field, replace
 from importlib.resources import files
 from pathlib import Path
@@ -32,10 +32,11 @@ from .ingest import check_compatible, guarded, title_of
 from .load import SUPPORTED, load_documents
 from .retrieve import rank_candidates, retrieve
 from .retrieve.cap import long_doc_penalty
+from .retrieve.conversation import Condensed, retrieval_query
 from .runtime.llm import ChatStream
 from .store.base import DocFilter, DocRecord, SearchableStore, Store
 from .tools import FileTool, ToolResult
-from .types import Document, Retrieval
+from .types import Document, Retrieval, Turn
 from .verify import Verification, verify_with
 
 log = logging.getLogger("microrag")
@@ -57,6 +58,7 @@ class Answer:
     verification: Verification | None = None  # set when asked to verify (step 6)
     tools: list[ToolResult] = field(default_factory=list)  # the model's tool calls, run or refused
     flags: list[str] = field(default_factory=list)  # "budget: ...", "verify: ..." notes for the caller
+    condensed: Condensed | None = None  # in a conversation: the retrieval query and how it was made
 
 
 class Engine:
@@ -269,6 +271,34 @@ class Engine:
         retrieval = self.retrieve(query, safeguards=True, labels=labels, top_k=top_k, where=where)
         return self.answer(query, retrieval, llm, on_piece=on_piece, verify=verify, spotlight=spotlight)
 
+    def condense(self, turns: Sequence[Turn], llm: LLMConfig | None = None) -> Condensed:
+        """The retrieval query of a conversation's last user message (``Settings.condense``;
+        ``retrieve.conversation``). Raises ``MicroRAGError`` when no user message is there."""
+        try:
+            return retrieval_query(turns, self.settings.condense, llm)
+        except ValueError as exc:
+            raise MicroRAGError(str(exc)) from None
+
+    def converse(
+        self,
+        turns: Sequence[Turn],
+        llm: LLMConfig | None = None,
+        on_piece: Callable[[str], None] | None = None,
+        labels: Iterable[str] | None = None,
+        verify: bool = False,
+        top_k: int | None = None,
+        spotlight: bool = True,
+        where: DocFilter | None = None,
+    ) -> Answer:
+        """:meth:`ask` for the last user message of a conversation: retrieval searches for
+        what the conversation is about (:meth:`condense`), the model reads the earlier turns."""
+        said = self.condense(turns, llm)
+        retrieval = self.retrieve(said.query, safeguards=True, labels=labels, top_k=top_k, where=where)
+        ans = self.answer(said.question, retrieval, llm, on_piece=on_piece, verify=verify, spotlight=spotlight,
+                          history=earlier_turns(turns))
+        ans.condensed = said
+        return ans
+
     def answer(
         self,
         query: str,
@@ -280,6 +310,7 @@ class Engine:
         spotlight: bool = True,
         tools: FileTool | None = None,
         deadline: float | None = None,
+        history: Sequence[Turn] = (),
     ) -> Answer:
         """Steps 4-6 for ``retrieval``: the one answer path of the library, CLI and server.
 
@@ -292,20 +323,23 @@ class Engine:
         a backend that cannot load is flagged, not raised, so the answer survives.
         ``tools`` runs the file-tool calls the model makes (appended to the text).
         ``deadline`` (``time.monotonic()``) cuts the model's stream and skips
-        verification once passed, each flagged ``budget:``/``verify:``.
+        verification once passed, each flagged ``budget:``/``verify:``. ``history``: the
+        conversation before ``query``, shown to the model (the extractive answerer quotes
+        for ``retrieval.query``, which in a conversation is the condensed query).
         """
         def over() -> bool:
             return deadline is not None and time.monotonic() > deadline
 
         if llm is None or retrieval.refused:
             s = self.settings
-            text = extractive_answer(query, retrieval, self.index.embedder, retrieval.weight, s.answer_min_support,
+            asked = retrieval.query if history else query
+            text = extractive_answer(asked, retrieval, self.index.embedder, retrieval.weight, s.answer_min_support,
                                      s.answer_max_missing, s.answer_rescue_sem)
             if on_piece:
                 on_piece(text)
             ans = Answer(text, "extractive", retrieval)
         else:
-            stream = ChatStream(llm, build_messages(query, retrieval.hits, spotlight=spotlight), deadline=deadline)
+            stream = ChatStream(llm, build_messages(query, retrieval.hits, spotlight=spotlight, history=history), deadline=deadline)
             ans = Answer("".join(_tee(stream, on_piece)), "llm", retrieval, truncated=stream.truncated)
             if stream.truncated and over():
                 ans.flags.append("budget: the answer was cut at the request's time budget")
@@ -337,6 +371,12 @@ class Engine:
 
         return verify_with(self.settings, answer, [(h.chunk.id, h.chunk.text) for h in retrieval.hits],
                            question=retrieval.query, relevance_of=relevance_of)
+
+
+def earlier_turns(turns: Sequence[Turn]) -> list[Turn]:
+    """The conversation before its last user message."""
+    last = max((i for i, t in enumerate(turns) if t.role == "user"), default=len(turns))
+    return list(turns[:last])
 
 
 def _with_title(doc: Document) -> tuple[tuple[str, str], ...]:

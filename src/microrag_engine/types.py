@@ -12,6 +12,14 @@ from typing import Any
 
 
 @dataclass(frozen=True)
+class Turn:
+    """One message of a conversation, as OpenAI's chat API spells it (``role``, ``content``)."""
+
+    role: str  # "system" | "user" | "assistant"
+    content: str
+
+
+@dataclass(frozen=True)
 class Chunk:
     """One retrievable unit. ``text == source_text[start:end]`` for chunks we cut."""
 

@@ -1,0 +1,174 @@
+"""One question through the server's policy, whichever door it came in by.
+
+``/query``, ``/v1/chat/completions`` and the MCP tools all call ``Asking``: the input
+guard (on every user message of a conversation, not only the last), the retrieval
+query of the conversation (``Engine.condense``), retrieval filtered by the caller's
+clearance before ranking, an audit row written before any retrieved text leaves, the
+engine's answer, and the output guard on every channel (answer, sources, verification).
+What each door adds is only its wire format.
+"""
+
+from __future__ import annotations
+
+import logging
+import time
+from collections.abc import Sequence
+from dataclasses import dataclass, field
+
+from fastapi import HTTPException
+
+from .. import guard
+from ..engine import Answer, Engine, earlier_turns
+from ..errors import LLMError, MicroRAGError
+from ..retrieve.conversation import Condensed
+from ..store.base import DocFilter
+from ..tools import FileTool
+from ..types import Retrieval, Turn
+from .auth import Principal
+from .context import ServerContext
+from .defences import naive_blocked, naive_despace, naive_output
+
+log = logging.getLogger("microrag")
+
+
+def guarded(text: str) -> str:
+    """``text`` through the output guard: redacted where something was found, else as is
+    (``redact`` returns the canonical form, which would garble clean text)."""
+    redacted, found = guard.redact(text)
+    return redacted if found else text
+
+
+@dataclass
+class Turned:
+    """A question on its way to an answer: what every answer step reads."""
+
+    question: str  # the last user message
+    condensed: Condensed
+    turns: list[Turn]  # the conversation before the question
+    retrieval: Retrieval
+    who: Principal
+    check: bool  # verify the answer
+    deadline: float | None  # time.monotonic() by which to stop; None: no budget
+    engine: Engine  # the one that retrieved (a concurrent write may swap the server's)
+    sources: list[dict]
+    flags: list[str]
+    audit: tuple[str, list[dict], str]  # (query as audited, hits, raw)
+    row: int | None = None
+    settled: list[str] = field(default_factory=list)
+
+
+class Asking:
+    """The policy steps of one question, shared by every front door of the server."""
+
+    def __init__(self, ctx: ServerContext) -> None:
+        self.ctx = ctx
+
+    def start(self, who: Principal, turns: Sequence[Turn], *, top_k: int | None = None, where: DocFilter | None = None,
+              verify: bool | None = None, action: str = "query") -> Turned:
+        """Guards, retrieval and the audit row, before any answer: raises ``HTTPException``
+        (blocked, 4xx) or ``MicroRAGError`` (empty index, no user message)."""
+        cfg, on = self.ctx.cfg, self.ctx.on
+        said = [t.content for t in turns if t.role == "user"]
+        if not said or not said[-1].strip():
+            raise MicroRAGError("the conversation needs a user message last; send messages ending with role 'user'")
+        question = said[-1]
+        deadline = time.monotonic() + cfg.request_seconds if on.request_budget else None
+        if not on.structural_guards:  # the naive server: de-space, then match literal phrases
+            q = question if on.linear_regex else naive_despace(question)
+            if naive_blocked(q):
+                raise HTTPException(400, "blocked by the blocklist")
+        flags: list[str] = []
+        if on.structural_guards and cfg.input_guard != "off":
+            # Every user message: an injection planted in an earlier turn reaches the model too.
+            for i, text in enumerate(said):
+                verdict = guard.injection_check(text)
+                where_said = "" if i == len(said) - 1 else f" (message {i + 1} of {len(said)})"
+                flags += [f"input: {r}{where_said}" for r in verdict.reasons] if verdict.suspicious else []
+        asked = "\n".join(said[-3:]) if len(said) > 1 else question  # what the audit row shows
+        safe_query, secrets = guard.redact(asked)
+        safe_query = guard.canonical(safe_query)  # the audit reads what the checks read (no invisible characters)
+        # What was sent, for investigators (an obfuscated attack reads differently once
+        # canonicalised) - unless it holds a secret, which never enters the audit trail.
+        # (keyed with the server's own secret: a plain hash of a short secret could be guessed offline)
+        raw = ("hmac-sha256:" + cfg.state.fingerprint(asked)) if secrets else asked
+        if flags and cfg.input_guard == "block":
+            cfg.state.audit(who.name, action, safe_query, [], "blocked", flags, raw)
+            raise HTTPException(400, "the question was blocked by the input guard: "
+                                + "; ".join(f.removeprefix("input: ") for f in flags))
+        eng = self.ctx.engine
+        if eng is None:
+            raise MicroRAGError("the index is empty; ingest documents first")
+        condensed = eng.condense(list(turns), cfg.llm)
+        if condensed.how != "alone":
+            # The rewritten query is what was searched for: the caller and the audit see it,
+            # through the output guard (a model's rewrite is model output).
+            flags.append(guarded(condensed.note()))
+        r = eng.retrieve(condensed.query, safeguards=True, labels=sorted(who.clearance), scoped=on.scoped_statistics,
+                         top_k=top_k, where=where)
+        records = eng.records  # loaded with the engine: no store round trip per query
+        sources = [{"doc": h.chunk.doc, "chunk": h.chunk.index, "id": h.chunk.id, "page": h.chunk.page,
+                    "hybrid": h.hybrid, "kw": h.kw, "em": h.em, "raw_kw": h.raw_kw, "raw_em": h.raw_em,
+                    # Chunk text leaves through the same output guard as the answer (red team #10).
+                    "text": guarded(h.chunk.text) if cfg.output_guard and on.guard_every_channel else h.chunk.text,
+                    "label": records[h.chunk.doc].label if h.chunk.doc in records else "",
+                    "principal": records[h.chunk.doc].principal if h.chunk.doc in records else "",
+                    "ingested_at": records[h.chunk.doc].ingested_at if h.chunk.doc in records else ""}
+                   for h in r.hits]
+        hits = [{"id": h.chunk.id, "hybrid": round(h.hybrid, 4)} for h in r.hits]
+        check = cfg.verify if verify is None else verify
+        turned = Turned(question, condensed, earlier_turns(turns), r, who, check, deadline, eng, sources, flags,
+                        (safe_query, hits, raw))
+        # The audit row goes in before any retrieved text can leave (stream or not), so a
+        # client that disconnects after the sources still leaves a trace (red team #5).
+        # The lab baseline writes it after the answer, as version one did.
+        if on.audit_first:
+            turned.row = cfg.state.audit(who.name, action, safe_query, hits, "retrieved", flags, raw)
+        return turned
+
+    def settle(self, turned: Turned, decision: str, flags: list[str], action: str = "query") -> None:
+        """The outcome in the audit row (written now when the row was not written first)."""
+        state = self.ctx.cfg.state
+        if turned.row is None:
+            query, hits, raw = turned.audit
+            state.audit(turned.who.name, action, query, hits, decision, flags, raw)
+        else:
+            state.settle(turned.row, decision, flags)
+
+    def answer(self, turned: Turned, action: str = "query") -> tuple[Answer, dict | None]:
+        """The engine's answer, then what the server adds: the output guard on every channel.
+        Settles the audit row either way (answered, refused or error)."""
+        try:
+            ans, checked = self._answer(turned)
+        except Exception as exc:  # the row says so; the error itself goes on to its handler
+            detail = exc.detail if isinstance(exc, HTTPException) else type(exc).__name__
+            self.settle(turned, "error", turned.flags + [f"answer: {detail}"], action)
+            raise
+        self.settle(turned, "refused" if turned.retrieval.refused else "answered", turned.flags + ans.flags, action)
+        return ans, checked
+
+    def _answer(self, turned: Turned) -> tuple[Answer, dict | None]:
+        cfg, on = self.ctx.cfg, self.ctx.on
+        try:
+            ans = turned.engine.answer(turned.question, turned.retrieval, cfg.llm, spotlight=on.spotlight,
+                                       verify=turned.check, deadline=turned.deadline, history=turned.turns,
+                                       tools=FileTool(cfg.tools_dir, turned.who.clearance, confined=on.confined_tool))
+        except LLMError as exc:
+            # The endpoint's address and reply are the operator's business, not the caller's.
+            log.warning("LLM call failed: %s", exc)
+            raise HTTPException(502, "the language model is unavailable; try again later") from None
+        if not on.structural_guards:
+            ans.text = naive_output(ans.text)
+        elif cfg.output_guard:
+            redacted, found = guard.redact(ans.text)
+            if found:
+                ans.text = redacted
+                ans.flags.append("output: redacted " + ", ".join(f"{k} x{v}" for k, v in guard.summary(found).items()))
+        verification = ans.verification.to_dict() if ans.verification else None
+        if verification is not None:
+            verification["text"] = ans.text  # what the caller actually receives
+            if cfg.output_guard and on.guard_every_channel:  # the sentences are model output too
+                for row in verification["sentences"]:
+                    row["sentence"] = guard.redact(row["sentence"])[0]
+                    # `missing` quotes the raw sentence: keep only what survived redaction
+                    row["missing"] = [m for m in row["missing"] if m in row["sentence"]]
+        return ans, verification
