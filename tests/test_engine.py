@@ -101,3 +101,21 @@ def test_hidden_documents_never_change_what_the_answerer_says(question):
     a = without.ask(question, labels=["public"]).text
     b = with_secret.ask(question, labels=["public"]).text
     assert a == b
+
+
+def test_a_filter_within_a_clearance_keeps_the_clearance_statistics():
+    """Found by the OpenAI route's collection models: a document filter narrowed the chunks
+    after the keyword scorer had been fitted on the caller's clearance, and retrieval crashed
+    on the shape mismatch. Filtered scores must equal the clearance's scores for those chunks."""
+    from microrag_engine.store.base import DocFilter
+    from microrag_engine.types import Document
+
+    docs = [Document("a/leave.md", "# Leave\n\nEmployees get 20 vacation days; 5 carry over."),
+            Document("b/vpn.md", "# VPN\n\nThe VPN uses WireGuard on port 51820 for vacation travel."),
+            Document("b/pay.md", "# Pay\n\nPayroll vacation payouts are confidential.")]
+    engine = Engine.from_documents(docs, override(preset("default"), embedder="hash"))
+    engine.labels[[i for i, c in enumerate(engine.index.chunks) if c.doc == "b/pay.md"]] = "restricted"
+    whole = engine.retrieve("vacation days", labels=["public"], safeguards=False)
+    only_b = engine.retrieve("vacation days", labels=["public"], safeguards=False, where=DocFilter((("path", "b/*"),)))
+    assert [h.chunk.doc for h in only_b.hits] == ["b/vpn.md"]
+    assert only_b.hits[0].raw_kw == next(h.raw_kw for h in whole.hits if h.chunk.doc == "b/vpn.md")

@@ -36,10 +36,14 @@ SPOTLIGHT_RULES = (
 )
 
 
+def citation_of(doc: str, index: int, page: int = 0) -> str:
+    """``<doc> · chunk <k>``, with ``· p. <n>`` for paged sources: how every front end names a chunk."""
+    return f"{doc} · chunk {index}" + (f" · p. {page}" if page else "")
+
+
 def citation(hit: Hit) -> str:
     """The citation tag for one hit: ``[source: <doc> · chunk <k>]``, with ``· p. <n>`` for paged sources."""
-    page = f" · p. {hit.chunk.page}" if hit.chunk.page else ""
-    return f"[source: {hit.chunk.doc} · chunk {hit.chunk.index}{page}]"
+    return f"[source: {citation_of(hit.chunk.doc, hit.chunk.index, hit.chunk.page)}]"
 
 
 def _defang(text: str, nonce: str) -> str:

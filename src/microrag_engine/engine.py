@@ -186,13 +186,14 @@ class Engine:
             penalty = np.array([prior.get(c.doc, 0.0) for c, _, _ in found]) if prior else None
             return rank_candidates(query, [c for c, _, _ in found], np.array([k for _, k, _ in found]),
                                    np.array([e for _, _, e in found]), settings, safeguards, ceiling, penalty)
-        allowed = self.mask(labels)
-        scorer = self._scoped_keyword(labels, allowed) if scoped else None
+        readable = self.mask(labels)
+        scorer = self._scoped_keyword(labels, readable) if scoped else None
+        allowed = readable
         if chosen is not None:
             in_docs = np.array([c.doc in chosen for c in self.index.chunks], dtype=bool)
-            allowed = in_docs if allowed is None else allowed & in_docs
+            allowed = in_docs if readable is None else readable & in_docs
         result = retrieve(self.index, query, settings, safeguards=safeguards, allowed=allowed, scoped=scorer,
-                          penalty=self._penalty(settings))
+                          penalty=self._penalty(settings), scoped_on=readable)
         keyword = scorer or self.index.keyword
         return replace(result, weight=keyword.weight) if keyword is not None else result
 

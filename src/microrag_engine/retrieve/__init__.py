@@ -53,6 +53,7 @@ def retrieve(
     allowed: np.ndarray | None = None,
     scoped=None,
     penalty: np.ndarray | None = None,
+    scoped_on: np.ndarray | None = None,
 ) -> Retrieval:
     """Rank ``index`` for ``query``. ``allowed`` is a boolean mask of visible chunks.
 
@@ -61,6 +62,8 @@ def retrieve(
     the gate's coverage, then come only from what the caller may read. Without it
     hidden chunks shape the statistics (a quarantined upload could lower a live
     document's score, and refusals could reveal whether a hidden word exists).
+    ``scoped_on`` is the mask ``scoped`` was fitted on when ``allowed`` narrows it further
+    (a query-time document filter keeps the statistics of the caller's clearance).
     ``penalty`` is the length prior per chunk, aligned with ``index.chunks`` (``cap.long_doc_penalty``).
     """
     if not query.strip():
@@ -70,7 +73,7 @@ def retrieve(
         return Retrieval(query, [], refused=safeguards, reason="no chunks are visible to this caller" if safeguards else "")
     if scoped is not None:
         kw_full = np.zeros(len(index.chunks))
-        kw_full[cand] = scoped.scores(query)
+        kw_full[cand if scoped_on is None else np.flatnonzero(scoped_on)] = scoped.scores(query)
         ceiling = _ceiling(scoped, query)
     else:
         kw_full, ceiling = None, keyword_ceiling(index, query)

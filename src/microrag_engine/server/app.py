@@ -11,6 +11,7 @@ reach a log line.
 
 from __future__ import annotations
 
+from collections.abc import Mapping
 from pathlib import Path
 
 from fastapi import FastAPI, Request
@@ -23,7 +24,7 @@ from .. import __version__
 from ..errors import MicroRAGError
 from .config import UI_HEADERS, ServerConfig
 from .context import ServerContext
-from .routes import documents, oversight, query
+from .routes import documents, openai, oversight, query
 
 __all__ = ["ServerConfig", "create_app"]
 
@@ -74,6 +75,23 @@ class BodyLimit:
         return {"error": f"request body over {self.max_body} bytes; send less (one document per /ingest call)"}
 
 
+# OpenAI's error types by status, for the /v1 routes (their clients read error.type and error.code).
+_OPENAI_TYPES = {400: "invalid_request_error", 401: "authentication_error", 403: "permission_error",
+                 404: "invalid_request_error", 413: "invalid_request_error", 422: "invalid_request_error",
+                 429: "rate_limit_error"}
+
+
+def _error(request: Request, message: str, status: int, headers: Mapping[str, str] | None = None,
+           param: str | None = None) -> JSONResponse:
+    """Every error as one JSON object: ``{"error": message}``, or OpenAI's shape under ``/v1/``."""
+    if not request.url.path.startswith("/v1/"):
+        return JSONResponse({"error": message}, status_code=status, headers=headers)
+    code = {401: "invalid_api_key", 404: "model_not_found" if "model" in message else "not_found",
+            429: "rate_limit_exceeded"}.get(status)
+    body = {"message": message, "type": _OPENAI_TYPES.get(status, "server_error"), "param": param or None, "code": code}
+    return JSONResponse({"error": body}, status_code=status, headers=headers)
+
+
 def create_app(cfg: ServerConfig) -> FastAPI:
     on = cfg.defences
     # No Swagger/ReDoc pages: they load scripts from a CDN, outside the page's CSP.
@@ -87,24 +105,25 @@ def create_app(cfg: ServerConfig) -> FastAPI:
     app.add_middleware(BodyLimit, max_body=cfg.max_body, streamed=on.streamed_body_cap)
 
     @app.exception_handler(MicroRAGError)
-    async def _user_error(_: Request, exc: MicroRAGError):
-        return JSONResponse({"error": str(exc)}, status_code=400)
+    async def _user_error(request: Request, exc: MicroRAGError):
+        return _error(request, str(exc), 400)
 
     @app.exception_handler(StarletteHTTPException)  # also 404/405 from routing
-    async def _http_error(_: Request, exc: StarletteHTTPException):
-        return JSONResponse({"error": exc.detail}, status_code=exc.status_code, headers=exc.headers)
+    async def _http_error(request: Request, exc: StarletteHTTPException):
+        return _error(request, str(exc.detail), exc.status_code, exc.headers)
 
     @app.exception_handler(RequestValidationError)
-    async def _invalid(_: Request, exc: RequestValidationError):
+    async def _invalid(request: Request, exc: RequestValidationError):
         first = exc.errors()[0] if exc.errors() else {}
         if first.get("type") == "json_invalid":
-            return JSONResponse({"error": "invalid request: the body is not valid JSON"}, status_code=422)
+            return _error(request, "invalid request: the body is not valid JSON", 422)
         if first.get("type") == "model_attributes_type":
-            return JSONResponse({"error": "invalid request: send a JSON object with content-type: application/json"},
-                                status_code=422)
+            return _error(request, "invalid request: send a JSON object with content-type: application/json", 422)
+        # (these two stay 422 under /v1 too: no OpenAI client sends them)
         where = ".".join(str(x) for x in first.get("loc", ()) if x != "body")
-        return JSONResponse({"error": f"invalid request: {where or 'body'}: {first.get('msg', 'malformed')}"},
-                            status_code=422)
+        # OpenAI answers a malformed request with 400, and its clients expect that status.
+        status = 400 if request.url.path.startswith("/v1/") else 422
+        return _error(request, f"invalid request: {where or 'body'}: {first.get('msg', 'malformed')}", status, param=where)
 
     @app.middleware("http")
     async def _limits(request: Request, call_next):
@@ -118,6 +137,6 @@ def create_app(cfg: ServerConfig) -> FastAPI:
         return response
 
     app.mount("/ui", StaticFiles(directory=Path(__file__).parent / "static"), name="ui")
-    for routes in (oversight, query, documents):
+    for routes in (oversight, query, documents, openai):
         app.include_router(routes.router(ctx))
     return app

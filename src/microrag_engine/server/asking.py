@@ -69,7 +69,7 @@ class Asking:
         (blocked, 4xx) or ``MicroRAGError`` (empty index, no user message)."""
         cfg, on = self.ctx.cfg, self.ctx.on
         said = [t.content for t in turns if t.role == "user"]
-        if not said or not said[-1].strip():
+        if not turns or turns[-1].role != "user" or not said[-1].strip():
             raise MicroRAGError("the conversation needs a user message last; send messages ending with role 'user'")
         question = said[-1]
         deadline = time.monotonic() + cfg.request_seconds if on.request_budget else None

@@ -49,13 +49,3 @@ UI_HEADERS = {"Content-Security-Policy": "default-src 'self'; script-src 'self';
 
 # Who every caller is when authentication is off (the lab baseline).
 EVERYONE_ADMIN = Principal("anyone", "admin", frozenset({"public", "internal", "restricted"}), trusted=True)
-
-
-# Who every caller is when authentication is off (the lab baseline).
-EVERYONE_ADMIN = Principal("anyone", "admin", frozenset({"public", "internal", "restricted"}), trusted=True)
-
-
-# The page runs only its own script and styles; nothing from a document can execute.
-UI_HEADERS = {"Content-Security-Policy": "default-src 'self'; script-src 'self'; style-src 'self'; img-src 'self'; "
-              "object-src 'none'; frame-ancestors 'none'; base-uri 'none'",
-              "X-Content-Type-Options": "nosniff", "Referrer-Policy": "no-referrer"}

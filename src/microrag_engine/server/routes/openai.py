@@ -1,0 +1,220 @@
+"""The OpenAI-compatible API: ``/v1/models``, ``/v1/chat/completions``, ``/v1/embeddings``.
+
+So that a chat client people already use (Open WebUI, LibreChat, Continue, simonw's
+``llm``, the ``openai`` SDK) answers from the index. Behind the same keys, roles,
+clearance, guards, audit and verification as ``/query``: the policy steps are
+``server.asking``'s; this module only speaks OpenAI's wire format.
+
+* Models: ``microrag`` (every document the caller may read) and ``microrag/<collection>``
+  for each collection the caller can see (a filter on ``collection``).
+* Chat: the whole ``messages`` list is used: retrieval searches for what the conversation
+  is about (``Engine.condense``), the model reads the earlier turns. The answer ends with a
+  citations block (``Sources:``) any client can show; the response also carries a
+  ``microrag`` field (sources, verification, refusal, flags, the retrieval query). Options
+  of ours go in the request's ``microrag`` object (``top_k``, ``where``, ``exclude``,
+  ``verify``, ``citations``); OpenAI's sampling options are accepted and ignored (the
+  server's model settings apply). Streaming sends ``chat.completion.chunk`` events and
+  ``data: [DONE]``; as on ``/query``, the answer is streamed once it has passed the output
+  guard whole (a secret split across pieces could not be caught piece by piece).
+* Embeddings: the index's own embedder, ``input`` a string or a list of strings,
+  ``encoding_format`` float or base64 (the ``openai`` SDK asks for base64).
+* Errors: OpenAI's shape, ``{"error": {"message", "type", "param", "code"}}`` (app.py).
+"""
+
+from __future__ import annotations
+
+import base64
+import json
+import re
+import secrets
+import time
+from typing import Annotated, Any, Literal
+
+import numpy as np
+from fastapi import APIRouter, Depends, HTTPException
+from fastapi.responses import StreamingResponse
+from pydantic import BaseModel, ConfigDict, Field, StringConstraints
+
+from ...augment import citation_of
+from ...store.base import DocFilter
+from ...types import Turn
+from ..asking import Asking, Turned
+from ..auth import Principal
+from ..context import ServerContext
+from .query import FilterField, FilterGlob
+
+MODEL = "microrag"
+MAX_MESSAGES = 100
+MAX_EMBED_INPUTS = 256
+
+
+class Part(BaseModel):
+    """One part of a multi-part message (clients send ``[{"type": "text", "text": ...}]``)."""
+
+    model_config = ConfigDict(extra="ignore")
+    type: str
+    text: str | None = Field(default=None, max_length=16_000)
+
+
+class Message(BaseModel):
+    model_config = ConfigDict(extra="ignore")
+    role: Literal["system", "developer", "user", "assistant", "tool", "function"]
+    content: Annotated[str, StringConstraints(max_length=16_000)] | list[Part] | None = None
+
+    def text(self) -> str:
+        if isinstance(self.content, list):  # images and other parts carry nothing to retrieve with
+            return "\n".join(p.text for p in self.content if p.type == "text" and p.text)
+        return self.content or ""
+
+
+class Extensions(BaseModel):
+    """Our options, in the request's ``microrag`` object."""
+
+    model_config = ConfigDict(extra="forbid")
+    top_k: int | None = Field(default=None, ge=1, le=50)
+    where: dict[FilterField, FilterGlob] = Field(default_factory=dict, max_length=8)
+    exclude: dict[FilterField, FilterGlob] = Field(default_factory=dict, max_length=8)
+    verify: bool | None = None  # None: the server's default
+    citations: bool = True  # end the answer with a "Sources:" block
+
+
+class StreamOptions(BaseModel):
+    model_config = ConfigDict(extra="ignore")
+    include_usage: bool = False
+
+
+class ChatIn(BaseModel):
+    model_config = ConfigDict(extra="ignore")  # temperature, top_p, user, ...: accepted, the server's settings apply
+    model: str = Field(min_length=1, max_length=200)
+    messages: list[Message] = Field(min_length=1, max_length=MAX_MESSAGES)
+    stream: bool = False
+    stream_options: StreamOptions | None = None
+    microrag: Extensions = Field(default_factory=Extensions)
+
+
+class EmbeddingsIn(BaseModel):
+    model_config = ConfigDict(extra="ignore")
+    model: str = Field(default=MODEL, max_length=200)
+    input: Annotated[str, StringConstraints(max_length=32_000)] | list[Annotated[str, StringConstraints(max_length=32_000)]]
+    encoding_format: Literal["float", "base64"] = "float"
+    dimensions: int | None = None
+
+
+def _escape_glob(name: str) -> str:
+    """``name`` as a glob that matches only itself (a collection may contain ``[``, ``*``, ``?``)."""
+    return re.sub(r"([\[\]*?])", r"[\1]", name)
+
+
+def _usage(prompt: str, completion: str) -> dict[str, int]:
+    """Token counts, approximated by words: no tokenizer of the operator's model is known here."""
+    p, c = len(prompt.split()), len(completion.split())
+    return {"prompt_tokens": p, "completion_tokens": c, "total_tokens": p + c}
+
+
+def citations_block(turned: Turned) -> str:
+    """The answer's sources as a block any chat client can show (none for a refusal)."""
+    if turned.retrieval.refused or not turned.retrieval.hits:
+        return ""
+    lines = [f"[{i}] {citation_of(h.chunk.doc, h.chunk.index, h.chunk.page)}" for i, h in enumerate(turned.retrieval.hits, 1)]
+    return "\n\nSources:\n" + "\n".join(lines)
+
+
+def router(ctx: ServerContext) -> APIRouter:
+    router = APIRouter(prefix="/v1")
+    asking = Asking(ctx)
+
+    def visible_collections(who: Principal) -> list[str]:
+        eng = ctx.engine
+        if eng is None:
+            return []
+        return sorted({r.collection for r in eng.records.values()
+                       if r.collection and not r.label.startswith("_") and r.label in who.clearance})
+
+    def model_filter(model: str, who: Principal) -> DocFilter | None:
+        """The documents a model id stands for; an unknown id is a 404 (as OpenAI's)."""
+        if model == MODEL:
+            return None
+        name = model.removeprefix(MODEL + "/")
+        if model.startswith(MODEL + "/") and name in visible_collections(who):
+            return DocFilter((("collection", _escape_glob(name)),))
+        raise HTTPException(404, f"the model {model!r} does not exist; GET /v1/models lists them")
+
+    @router.get("/models")
+    def models(who: Principal = Depends(ctx.principal)):
+        created = int(time.time())
+        ids = [MODEL] + [f"{MODEL}/{c}" for c in visible_collections(who)]
+        return {"object": "list", "data": [{"id": m, "object": "model", "created": created, "owned_by": "microrag"} for m in ids]}
+
+    @router.post("/chat/completions")
+    def chat(body: ChatIn, who: Principal = Depends(ctx.principal)):
+        scope = model_filter(body.model, who)
+        ext = body.microrag
+        where = DocFilter(tuple(ext.where.items()) + (scope.where if scope else ()), tuple(ext.exclude.items()))
+        role = {"developer": "system"}
+        turns = [Turn(role.get(m.role, m.role), m.text()) for m in body.messages if m.role not in ("tool", "function")]
+        turned = asking.start(who, turns, top_k=ext.top_k, where=where or None, verify=ext.verify, action="chat")
+        ident, created = "chatcmpl-" + secrets.token_hex(12), int(time.time())
+        head = {"id": ident, "created": created, "model": body.model}
+        if body.stream:
+            usage = body.stream_options is not None and body.stream_options.include_usage
+            return StreamingResponse(_stream(turned, head, ext.citations, usage), media_type="text/event-stream")
+        ans, checked = asking.answer(turned, action="chat")
+        text = ans.text + (citations_block(turned) if ext.citations else "")
+        return {**head, "object": "chat.completion",
+                "choices": [{"index": 0, "message": {"role": "assistant", "content": text}, "finish_reason": "stop"}],
+                "usage": _usage(" ".join(t.content for t in turns), text),
+                "microrag": _extension(turned, ans.mode, ans.flags, checked)}
+
+    def _extension(turned: Turned, mode: str, flags: list[str], checked: dict | None) -> dict[str, Any]:
+        r = turned.retrieval
+        return {"sources": turned.sources, "verification": checked, "refused": r.refused, "reason": r.reason,
+                "mode": mode, "flags": turned.flags + flags, "retrieval_query": turned.condensed.query,
+                "condensed": turned.condensed.how}
+
+    def _stream(turned: Turned, head: dict, cite: bool, usage: bool):
+        def chunk(delta: dict, finish: str | None = None, **extra: Any) -> str:
+            event = {**head, "object": "chat.completion.chunk",
+                     "choices": [{"index": 0, "delta": delta, "finish_reason": finish}], **extra}
+            return f"data: {json.dumps(event, ensure_ascii=False)}\n\n"
+
+        yield chunk({"role": "assistant", "content": ""})
+        try:
+            ans, checked = asking.answer(turned, action="chat")
+        except HTTPException as exc:  # the stream began with a 200: the error goes in-band, in OpenAI's shape
+            yield f"data: {json.dumps({'error': {'message': exc.detail, 'type': 'server_error', 'param': None, 'code': None}})}\n\n"
+            yield "data: [DONE]\n\n"
+            return
+        text = ans.text + (citations_block(turned) if cite else "")
+        for piece in re.findall(r"\s*\S+", text):
+            yield chunk({"content": piece})
+        yield chunk({}, "stop", microrag=_extension(turned, ans.mode, ans.flags, checked))
+        if usage:
+            event = {**head, "object": "chat.completion.chunk", "choices": [],
+                     "usage": _usage(turned.question, text)}
+            yield f"data: {json.dumps(event)}\n\n"
+        yield "data: [DONE]\n\n"
+
+    @router.post("/embeddings")
+    def embeddings(body: EmbeddingsIn, who: Principal = Depends(ctx.principal)):
+        eng = ctx.engine
+        if eng is None:
+            raise HTTPException(400, "the index is empty; ingest documents first (the embedder is the index's)")
+        texts = [body.input] if isinstance(body.input, str) else body.input
+        if not texts or len(texts) > MAX_EMBED_INPUTS:
+            raise HTTPException(400, f"input: send 1 to {MAX_EMBED_INPUTS} strings")
+        embedder = eng.index.embedder
+        if body.dimensions is not None and body.dimensions != embedder.dim:
+            raise HTTPException(400, f"dimensions: this index's embedder gives {embedder.dim}, not {body.dimensions}")
+        vectors = np.asarray(embedder.embed(texts), dtype=np.float32)
+        # Who embedded how much, never the text: it is the caller's, not the index's.
+        ctx.cfg.state.audit(who.name, "embed", f"{len(texts)} input(s)", [], "answered", [])
+
+        def encode(v: np.ndarray) -> list[float] | str:
+            return base64.b64encode(v.astype("<f4").tobytes()).decode() if body.encoding_format == "base64" else v.tolist()
+
+        tokens = sum(len(t.split()) for t in texts)
+        return {"object": "list", "model": eng.settings.embedder,
+                "data": [{"object": "embedding", "index": i, "embedding": encode(v)} for i, v in enumerate(vectors)],
+                "usage": {"prompt_tokens": tokens, "total_tokens": tokens}}
+
+    return router

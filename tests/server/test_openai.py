@@ -1,0 +1,222 @@
+"""The OpenAI-compatible API over a real socket, driven by the official ``openai`` SDK
+(sync, async, streaming) and by a third-party chat client (simonw's ``llm`` CLI)."""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import subprocess
+import sys
+from pathlib import Path
+
+import numpy as np
+import pytest
+
+pytest.importorskip("fastapi", reason="server extra not installed")
+openai = pytest.importorskip("openai", reason="the openai SDK (dev extra) is not installed")
+
+from conftest import needs_models  # noqa: E402
+from helpers.llm import delta, sse  # noqa: E402
+from helpers.server import HANDBOOK, Running  # noqa: E402
+from microrag_engine.config import preset  # noqa: E402
+from microrag_engine.index.embed import make_embedder  # noqa: E402
+from microrag_engine.ingest import ingest_paths  # noqa: E402
+from microrag_engine.store import open_store  # noqa: E402
+
+pytestmark = needs_models
+
+OPS = {"oncall.md": "# On-call\n\nThe on-call engineer acknowledges a page within 15 minutes and opens an incident in Beacon.",
+       "payroll.md": "---\nlabel: restricted\n---\n# Payroll\n\nPayroll runs on the 25th; the payroll vault password rotates monthly."}
+
+
+def _collections(tmp: Path) -> Path:
+    """An index with two collections ("handbook" and "ops"); ops holds a restricted document."""
+    for name, docs in (("handbook", HANDBOOK), ("ops", OPS)):
+        folder = tmp / name
+        folder.mkdir()
+        for file, text in docs.items():
+            (folder / file).write_text(text)
+    location = tmp / "ix"
+    store = open_store(location)
+    ingest_paths(store, [tmp / "handbook", tmp / "ops"], preset("default"))
+    return location
+
+
+@pytest.fixture(scope="module")
+def srv(tmp_path_factory):
+    tmp = tmp_path_factory.mktemp("oai")
+    s = Running(tmp, location=str(_collections(tmp)), rate_per_minute=100_000, verify=False)
+    yield s
+    s.stop()
+
+
+def client(srv, who: str | None = "reader", **kw) -> openai.OpenAI:
+    return openai.OpenAI(base_url=srv.url + "/v1", api_key=srv.key[who] if who else "none", max_retries=0, **kw)
+
+
+def test_models_are_the_index_and_each_collection_the_caller_can_see(srv):
+    reader = [m.id for m in client(srv).models.list()]
+    admin = [m.id for m in client(srv, "admin").models.list()]
+    assert reader == ["microrag", "microrag/handbook", "microrag/ops"]  # ops has a public document
+    assert admin == reader
+    assert all(m.owned_by == "microrag" for m in client(srv).models.list())
+
+
+def test_chat_completion_cites_its_sources_in_the_text_and_the_extension(srv):
+    r = client(srv).chat.completions.create(model="microrag",
+                                            messages=[{"role": "user", "content": "how many vacation days do employees get?"}])
+    text = r.choices[0].message.content
+    assert "20" in text and r.choices[0].finish_reason == "stop" and r.object == "chat.completion"
+    assert "\n\nSources:\n[1] handbook/leave.md · chunk 0" in text
+    ext = r.model_extra["microrag"]
+    assert ext["sources"][0]["doc"] == "handbook/leave.md" and ext["refused"] is False
+    assert ext["retrieval_query"] == "how many vacation days do employees get?" and ext["condensed"] == "alone"
+    assert r.usage.total_tokens > 0
+
+
+def test_a_collection_model_only_draws_from_that_collection(srv):
+    q = [{"role": "user", "content": "who acknowledges a page and where is the incident opened?"}]
+    scoped = client(srv).chat.completions.create(model="microrag/handbook", messages=q)
+    assert all(s["doc"].startswith("handbook/") for s in scoped.model_extra["microrag"]["sources"])
+    whole = client(srv).chat.completions.create(model="microrag/ops", messages=q)
+    assert whole.model_extra["microrag"]["sources"][0]["doc"] == "ops/oncall.md"
+
+
+def test_clearance_holds_on_the_openai_door(srv):
+    q = [{"role": "user", "content": "when does payroll run and what about the payroll vault password?"}]
+    reader = client(srv).chat.completions.create(model="microrag", messages=q).model_extra["microrag"]
+    admin = client(srv, "admin").chat.completions.create(model="microrag", messages=q).model_extra["microrag"]
+    assert "ops/payroll.md" not in {s["doc"] for s in reader["sources"]}
+    assert "ops/payroll.md" in {s["doc"] for s in admin["sources"]}
+
+
+def test_a_follow_up_retrieves_with_the_conversation(srv):
+    messages = [{"role": "user", "content": "how many vacation days do employees get?"},
+                {"role": "assistant", "content": "20 days a year."},
+                {"role": "user", "content": "and how many of them carry over?"}]
+    ext = client(srv).chat.completions.create(model="microrag", messages=messages).model_extra["microrag"]
+    assert ext["condensed"] == "history" and "vacation days" in ext["retrieval_query"]
+    assert ext["sources"][0]["doc"] == "handbook/leave.md"
+    assert any(f.startswith("conversation: retrieval query (history)") for f in ext["flags"])
+    # a message that changes the subject is searched for alone
+    messages += [{"role": "assistant", "content": "Up to 5."},
+                 {"role": "user", "content": "different question: who approves production deploys in Shipyard?"}]
+    ext = client(srv).chat.completions.create(model="microrag", messages=messages).model_extra["microrag"]
+    assert ext["condensed"] == "alone" and ext["sources"][0]["doc"] == "handbook/deploy.md"
+
+
+def test_streaming_sends_chunks_then_done_and_matches_the_whole_answer(srv):
+    messages = [{"role": "user", "content": "which port does the VPN use?"}]
+    whole = client(srv).chat.completions.create(model="microrag", messages=messages).choices[0].message.content
+    chunks = list(client(srv).chat.completions.create(model="microrag", messages=messages, stream=True,
+                                                      stream_options={"include_usage": True}))
+    assert chunks[0].choices[0].delta.role == "assistant"
+    text = "".join(c.choices[0].delta.content or "" for c in chunks if c.choices)
+    assert text == whole and "51820" in text
+    final = [c for c in chunks if c.choices and c.choices[0].finish_reason == "stop"]
+    assert len(final) == 1 and final[0].model_extra["microrag"]["sources"][0]["doc"] == "handbook/vpn.md"
+    assert chunks[-1].choices == [] and chunks[-1].usage.total_tokens > 0
+
+
+def test_async_client_and_async_streaming(srv):
+    async def run():
+        c = openai.AsyncOpenAI(base_url=srv.url + "/v1", api_key=srv.key["reader"], max_retries=0)
+        r = await c.chat.completions.create(model="microrag", messages=[{"role": "user", "content": "who approves production deploys?"}])
+        pieces = []
+        async for chunk in await c.chat.completions.create(model="microrag", stream=True,
+                                                           messages=[{"role": "user", "content": "who approves production deploys?"}]):
+            pieces.append(chunk.choices[0].delta.content or "" if chunk.choices else "")
+        await c.close()
+        return r.choices[0].message.content, "".join(pieces)
+
+    whole, streamed = asyncio.run(run())
+    assert "release captain" in whole and streamed == whole
+
+
+def test_multi_part_content_and_system_messages_are_read(srv):
+    r = client(srv).chat.completions.create(model="microrag", messages=[
+        {"role": "system", "content": "You are a helpful assistant."},
+        {"role": "user", "content": [{"type": "text", "text": "which port does the VPN use?"}]}])
+    assert "51820" in r.choices[0].message.content
+
+
+def test_citations_block_can_be_turned_off(srv):
+    r = client(srv).chat.completions.create(model="microrag", messages=[{"role": "user", "content": "which port does the VPN use?"}],
+                                            extra_body={"microrag": {"citations": False, "top_k": 1}})
+    assert "Sources:" not in r.choices[0].message.content
+    assert len(r.model_extra["microrag"]["sources"]) == 1
+
+
+def test_embeddings_are_the_index_embedder_for_a_string_or_a_list(srv):
+    c = client(srv)
+    many = c.embeddings.create(model="microrag", input=["vpn port", "vacation days"])  # the SDK asks for base64
+    one = c.embeddings.create(model="microrag", input="vpn port", encoding_format="float")
+    want = make_embedder("minilm").embed(["vpn port", "vacation days"])
+    got = np.array([d.embedding for d in many.data], dtype=np.float32)
+    assert got.shape == want.shape and np.allclose(got, want, atol=1e-5)
+    assert np.allclose(one.data[0].embedding, want[0], atol=1e-5) and many.model == "minilm"
+    with pytest.raises(openai.BadRequestError, match="dimensions"):
+        c.embeddings.create(model="microrag", input="x", dimensions=12)
+
+
+def test_errors_come_in_openais_shape(srv):
+    with pytest.raises(openai.AuthenticationError) as bad_key:
+        openai.OpenAI(base_url=srv.url + "/v1", api_key="wrong", max_retries=0).models.list()
+    assert bad_key.value.body["type"] == "authentication_error" and bad_key.value.body["code"] == "invalid_api_key"
+    with pytest.raises(openai.NotFoundError) as unknown:
+        client(srv).chat.completions.create(model="gpt-4o", messages=[{"role": "user", "content": "hi there"}])
+    assert unknown.value.body["code"] == "model_not_found"
+    with pytest.raises(openai.BadRequestError) as empty:
+        client(srv).chat.completions.create(model="microrag", messages=[])
+    assert empty.value.body["type"] == "invalid_request_error" and "messages" in empty.value.body["message"]
+    with pytest.raises(openai.BadRequestError, match="user message last"):
+        client(srv).chat.completions.create(model="microrag", messages=[{"role": "assistant", "content": "hello"}])
+
+
+def test_chat_calls_are_audited(srv):
+    client(srv).chat.completions.create(model="microrag", messages=[{"role": "user", "content": "which port does the VPN use?"}])
+    rows = srv.call("GET", "/audit?limit=20", "admin").json()
+    assert any(r["action"] == "chat" and r["principal"].startswith("rita") and r["hits"] and r["decision"] == "answered"
+               for r in rows)
+
+
+def test_with_a_model_the_rewrite_and_the_history_reach_it(tmp_path, llm_server):
+    llm_server.script(sse(delta(content="how many unused vacation days carry over")),
+                      sse(delta(content="Up to 5 unused days carry over [source: leave.md · chunk 0]")))
+    s = Running(tmp_path, llm=llm_server.cfg(), verify=False)
+    try:
+        messages = [{"role": "user", "content": "how many vacation days do employees get?"},
+                    {"role": "assistant", "content": "20 days a year."},
+                    {"role": "user", "content": "and how many of them carry over?"}]
+        r = client(s).chat.completions.create(model="microrag", messages=messages)
+        ext = r.model_extra["microrag"]
+        assert ext["condensed"] == "llm" and ext["retrieval_query"] == "how many unused vacation days carry over"
+        assert r.choices[0].message.content.startswith("Up to 5 unused days carry over")
+        rewrite, answer = (q.body for q in llm_server.requests)
+        assert "and how many of them carry over?" in rewrite["messages"][-1]["content"]
+        assert [m["role"] for m in answer["messages"]] == ["system", "user", "assistant", "user"]
+        assert answer["messages"][2]["content"] == "20 days a year."
+        rows = s.call("GET", "/audit?limit=5", "admin").json()
+        assert any("retrieval query (llm)" in " ".join(r["flags"]) for r in rows)
+    finally:
+        s.stop()
+
+
+def test_a_third_party_chat_client_answers_from_the_index(srv, tmp_path):
+    """simonw's ``llm`` CLI, configured as its docs say for an OpenAI-compatible server."""
+    home = tmp_path / "llm-home"
+    home.mkdir()
+    (home / "extra-openai-models.yaml").write_text(
+        f"- model_id: microrag\n  model_name: microrag\n  api_base: {srv.url}/v1\n  api_key_name: microrag\n")
+    (home / "keys.json").write_text(json.dumps({"microrag": srv.key["reader"]}))
+    env = {"LLM_USER_PATH": str(home), "PATH": str(Path(sys.executable).parent), "NO_PROXY": "127.0.0.1"}
+    llm = str(Path(sys.executable).parent / "llm")
+    first = subprocess.run([llm, "-m", "microrag", "how many vacation days do employees get?"], env=env,
+                           capture_output=True, text=True, timeout=120)
+    assert first.returncode == 0, first.stderr
+    assert "20" in first.stdout and "handbook/leave.md" in first.stdout
+    follow = subprocess.run([llm, "-c", "and how many of them carry over?"], env=env, capture_output=True, text=True, timeout=120)
+    assert follow.returncode == 0, follow.stderr
+    assert "5" in follow.stdout and "handbook/leave.md" in follow.stdout
+    rows = srv.call("GET", "/audit?limit=10", "admin").json()
+    assert any(r["action"] == "chat" and "conversation: retrieval query (history)" in " ".join(r["flags"]) for r in rows)
