@@ -54,10 +54,12 @@ POINTERS = frozenset("it it's itself that those these they them theirs there thi
                      "former latter above he she him her".split())
 POSSESSIVES = frozenset("its their his".split())
 SHORT = 5  # content words: below this a possessive points back
-# How continuations open ("and for contractors?", "what about Windows?").
-OPENERS = ("and ", "and,", "but ", "also", "so ", "then ", "what about", "how about", "what if", "why", "ok ", "okay",
-           "or ", "same ", "else", "instead", "any other", "anything else", "does that", "do they",
-           "can it", "is it", "what else", "more on", "tell me more", "which one", "how so", "in that case")
+# How continuations open ("and for contractors?", "what about Windows?"). The weak ones
+# also open standalone questions ("why does the build fail on ARM?"): only in short messages.
+OPENERS = ("and ", "and,", "but ", "also", "what about", "how about", "what if", "same ", "else", "instead", "any other",
+           "anything else", "does that", "do they", "can it", "is it", "what else", "more on", "tell me more", "which one",
+           "how so", "in that case")
+WEAK_OPENERS = ("why", "so ", "then ", "ok ", "okay", "or ")
 # How a new subject announces itself: the message is taken on its own whatever it says.
 SWITCHES = ("unrelated", "different question", "another question", "new question", "different topic", "new topic",
             "changing the subject", "change of subject", "another thing", "different subject", "switching gears",
@@ -96,10 +98,14 @@ def depends(text: str) -> bool:
         return False
     words = [w for w in _words(text) if w]
     low = " ".join(words)
-    if any(low.startswith(o.strip()) and (len(o.strip()) == len(low) or not low[len(o.strip())].isalnum())
-           for o in OPENERS):
-        return True
     topical = len(content_words(text))
+
+    def opens(o: str) -> bool:
+        o = o.strip()
+        return low.startswith(o) and (len(o) == len(low) or not low[len(o)].isalnum())
+
+    if any(opens(o) for o in OPENERS) or (topical < SHORT and any(opens(o) for o in WEAK_OPENERS)):
+        return True
     if any(w in POINTERS or (w in POSSESSIVES and topical < SHORT) for w in words):
         return True
     return topical < MIN_CONTENT_WORDS
