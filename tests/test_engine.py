@@ -119,3 +119,20 @@ def test_a_filter_within_a_clearance_keeps_the_clearance_statistics():
     only_b = engine.retrieve("vacation days", labels=["public"], safeguards=False, where=DocFilter((("path", "b/*"),)))
     assert [h.chunk.doc for h in only_b.hits] == ["b/vpn.md"]
     assert only_b.hits[0].raw_kw == next(h.raw_kw for h in whole.hits if h.chunk.doc == "b/vpn.md")
+
+
+def test_converse_condenses_for_retrieval_and_gives_the_model_the_history(engine, llm_server):
+    from microrag_engine.types import Turn
+
+    llm_server.script(sse(delta(content="You can carry over 5 days.")))
+    turns = [Turn("user", "how many vacation days do I get?"), Turn("assistant", "20 days."),
+             Turn("user", "and can I carry them over?")]
+    ans = engine.converse(turns, llm=llm_server.cfg())
+    assert ans.condensed is not None and ans.condensed.how == "history"  # the default is lexical: no rewrite call
+    assert ans.retrieval.query == "how many vacation days do I get? and can I carry them over?"
+    assert ans.retrieval.hits[0].chunk.doc == "hr/leave-and-holidays.md"
+    (request,) = llm_server.requests
+    assert [m["role"] for m in request.body["messages"]] == ["system", "user", "assistant", "user"]
+    assert request.body["messages"][-1]["content"].endswith("# User question\nand can I carry them over?")
+    extractive = engine.converse(turns)  # without a model the answerer quotes for the condensed query
+    assert extractive.mode == "extractive" and "carry" in extractive.text.lower()

@@ -8,8 +8,8 @@ Knob names are the spec's: ``size``, ``overlap``, ``top_k``, ``w_kw``,
 
 It is also the only reader of the process environment (bottom of this file):
 ``MICRORAG_INDEX``, ``MICRORAG_PG_SCHEMA``, ``MICRORAG_MINILM_ONNX`` /
-``MICRORAG_MINILM_TOKENIZER`` and the model endpoint's ``LLM_BASE_URL``,
-``LLM_API_KEY``, ``LLM_MODEL``, ``LLM_MAX_TOKENS``. Nothing else here does I/O.
+``MICRORAG_MINILM_TOKENIZER``, ``MICRORAG_API_KEY`` (a server's key, for ``--target``)
+and the model endpoint's ``LLM_BASE_URL``, ``LLM_API_KEY``, ``LLM_MODEL``, ``LLM_MAX_TOKENS``. Nothing else here does I/O.
 """
 
 from __future__ import annotations
@@ -29,7 +29,7 @@ FUSIONS = ("minmax", "rrf")
 GATES = ("none", "kw", "em", "either")
 DLP_MODES = ("redact", "label", "off")
 VERIFY_POLICIES = ("flag", "drop", "refuse")
-CONDENSERS = ("auto", "lexical", "off")  # how a follow-up's retrieval query is made (retrieve.conversation)
+CONDENSERS = ("lexical", "llm", "off")  # how a follow-up's retrieval query is made (retrieve.conversation)
 
 
 @dataclass(frozen=True)
@@ -68,7 +68,10 @@ class Settings:
     # national ids by check digit, and Presidio cost 2.6 GB and 40% of an ingest (#16)
     dlp_presidio: bool = False
     # conversations: how a follow-up's retrieval query is made (retrieve.conversation)
-    condense: str = "auto"  # auto: the LLM rewrites when one is configured, else lexical; lexical; off: last message only
+    # lexical (default): measured 0.896 / 0.721 follow-up hit@4 where the packaged SmolLM2-135M's rewrite
+    # scored 0.328 / 0.515 (benchmarks/results/conversation*.md); llm: the configured model rewrites
+    # (lexical without one); off: the last message alone
+    condense: str = "lexical"
     # whether `retrieve` applies gate + cap (the seed's bare retriever does not)
     safeguards_on_retrieve: bool = True
     # step 3b - cross-encoder rerank of the first ``rerank_depth`` fused candidates
@@ -187,6 +190,11 @@ def pg_schema() -> str:
 def minilm_files() -> tuple[str, str]:
     """Overrides for the MiniLM graph and tokenizer (``""`` = from the model packages)."""
     return os.environ.get("MICRORAG_MINILM_ONNX", ""), os.environ.get("MICRORAG_MINILM_TOKENIZER", "")
+
+
+def api_key() -> str:
+    """``$MICRORAG_API_KEY``: the key the CLI sends to a server (``--target``) when ``--key`` is not given."""
+    return os.environ.get("MICRORAG_API_KEY", "").strip()
 
 
 def child_environment(**extra: str) -> dict[str, str]:

@@ -18,7 +18,7 @@ openai = pytest.importorskip("openai", reason="the openai SDK (dev extra) is not
 from conftest import needs_models  # noqa: E402
 from helpers.llm import delta, sse  # noqa: E402
 from helpers.server import HANDBOOK, Running  # noqa: E402
-from microrag_engine.config import preset  # noqa: E402
+from microrag_engine.config import override, preset  # noqa: E402
 from microrag_engine.index.embed import make_embedder  # noqa: E402
 from microrag_engine.ingest import ingest_paths  # noqa: E402
 from microrag_engine.store import open_store  # noqa: E402
@@ -183,7 +183,7 @@ def test_chat_calls_are_audited(srv):
 def test_with_a_model_the_rewrite_and_the_history_reach_it(tmp_path, llm_server):
     llm_server.script(sse(delta(content="how many unused vacation days carry over")),
                       sse(delta(content="Up to 5 unused days carry over [source: leave.md · chunk 0]")))
-    s = Running(tmp_path, llm=llm_server.cfg(), verify=False)
+    s = Running(tmp_path, llm=llm_server.cfg(), verify=False, settings=override(preset("default"), condense="llm"))
     try:
         messages = [{"role": "user", "content": "how many vacation days do employees get?"},
                     {"role": "assistant", "content": "20 days a year."},

@@ -10,9 +10,12 @@ follow-up turns, ``benchmarks/conversation_report.py``):
   ``what about``) or names too little to search for; it stands alone when it says it
   changes the subject (``unrelated:``, ``another question``). Only user turns are used:
   an answer quotes many documents and would pull retrieval towards all of them.
-* ``rewrite`` (an LLM): the model writes a standalone query from the last turns. It is
-  bounded (turns, characters, tokens, time), cached, and falls back to ``condense``
-  when the model fails or answers with something that is not a query.
+* ``rewrite`` (an LLM, opt-in: ``Settings.condense = "llm"``): the model writes a standalone
+  query from the last turns. It is bounded (turns, characters, tokens, time), cached, and
+  falls back to ``condense`` when the model fails or answers with something that is not a
+  query. Not the default: the packaged SmolLM2-135M's rewrites retrieved worse than the
+  last message alone; a capable model is the operator's to choose and measure
+  (``benchmarks/conversation_report.py --llm``).
 """
 
 from __future__ import annotations
@@ -54,12 +57,12 @@ POINTERS = frozenset("it it's itself that those these they them theirs there thi
                      "former latter above he she him her".split())
 POSSESSIVES = frozenset("its their his".split())
 SHORT = 5  # content words: below this a possessive points back
-# How continuations open ("and for contractors?", "what about Windows?"). The weak ones
-# also open standalone questions ("why does the build fail on ARM?"): only in short messages.
+# How continuations open ("and for contractors?", "what about Windows?"). Not "why", "so" or
+# "then": they open standalone questions too ("why does the build fail on ARM?"), and a short
+# "why?" or "so what's the limit?" names too little to stand alone anyway.
 OPENERS = ("and ", "and,", "but ", "also", "what about", "how about", "what if", "same ", "else", "instead", "any other",
            "anything else", "does that", "do they", "can it", "is it", "what else", "more on", "tell me more", "which one",
            "how so", "in that case")
-WEAK_OPENERS = ("why", "so ", "then ", "ok ", "okay", "or ")
 # How a new subject announces itself: the message is taken on its own whatever it says.
 SWITCHES = ("unrelated", "different question", "another question", "new question", "different topic", "new topic",
             "changing the subject", "change of subject", "another thing", "different subject", "switching gears",
@@ -104,7 +107,7 @@ def depends(text: str) -> bool:
         o = o.strip()
         return low.startswith(o) and (len(o) == len(low) or not low[len(o)].isalnum())
 
-    if any(opens(o) for o in OPENERS) or (topical < SHORT and any(opens(o) for o in WEAK_OPENERS)):
+    if any(opens(o) for o in OPENERS):
         return True
     if any(w in POINTERS or (w in POSSESSIVES and topical < SHORT) for w in words):
         return True
@@ -190,8 +193,8 @@ def _as_query(reply: str) -> str | None:
 
 
 def retrieval_query(turns: Sequence[Turn], how: str, llm: LLMConfig | None = None) -> Condensed:
-    """The retrieval query by ``Settings.condense``: "auto" (the LLM's rewrite with a model,
-    else ``condense``), "lexical" (``condense``), "off" (the last user message alone)."""
+    """The retrieval query by ``Settings.condense``: "lexical" (``condense``), "llm" (the
+    model's rewrite, ``condense`` without a model), "off" (the last user message alone)."""
     if how not in CONDENSERS:
         raise ValueError(f"unknown condense {how!r}; choose one of: {', '.join(CONDENSERS)}")
     if how == "off":
@@ -199,7 +202,7 @@ def retrieval_query(turns: Sequence[Turn], how: str, llm: LLMConfig | None = Non
         if not said:
             raise ValueError("the conversation has no user message")
         return Condensed(said[-1], said[-1], "alone")
-    return rewrite(turns, llm) if how == "auto" and llm is not None else condense(turns)
+    return rewrite(turns, llm) if how == "llm" and llm is not None else condense(turns)
 
 
 def rewrite(turns: Sequence[Turn], llm: LLMConfig, cache: RewriteCache = CACHE) -> Condensed:
