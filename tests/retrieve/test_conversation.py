@@ -3,12 +3,12 @@
 from __future__ import annotations
 
 import pytest
-from helpers.llm import delta, sse, status
-from helpers.timing import best_time
 from hypothesis import given
 from hypothesis import settings as hsettings
 from hypothesis import strategies as st
 
+from helpers.llm import delta, sse, status
+from helpers.timing import best_time
 from microrag_engine.retrieve.conversation import (
     MAX_CONTEXT_TURNS,
     MAX_QUERY_CHARS,

@@ -3,7 +3,9 @@
 ``ingest`` adds and updates documents incrementally (unchanged files are skipped,
 ``--prune`` removes documents whose files are gone), ``delete`` removes documents by
 path, ``check`` verifies the index's integrity (exit 1 on a problem), ``documents``
-lists what is indexed with label and provenance.
+lists what is indexed with label and provenance. ``ingest``, ``delete`` and
+``documents`` take ``--target URL`` to work on a server's index instead (uploads go
+through its review queue unless the key is trusted).
 """
 
 from __future__ import annotations
@@ -13,14 +15,17 @@ import json
 import sys
 import time
 from collections.abc import Callable
+from pathlib import Path
 
+from ..client import Client, Upload
 from ..config import override
-from ..errors import MicroRAGError
+from ..errors import CorpusError, MicroRAGError
 from ..ingest import IngestReport, delete_documents, ingest_paths
+from ..load import iter_files
 from ..store import default_location, open_store
 from ..store.base import Store
 from ..watch import watch
-from .options import add_dlp, add_index, add_output, add_preset, diag, preset_for, settings_for
+from .options import add_dlp, add_index, add_output, add_preset, add_target, client_for, diag, preset_for, settings_for
 
 
 def register(sub: argparse._SubParsersAction) -> None:
@@ -49,6 +54,8 @@ def _commands(sub: argparse._SubParsersAction) -> None:
     docs = sub.add_parser("documents", help="list indexed documents with label and provenance")
     for p, run in ((ing, cmd_ingest), (d, cmd_delete), (c, cmd_check), (docs, cmd_documents)):
         add_index(p)
+        if p is not c:  # check reads the index's files: there is nothing to check over HTTP
+            add_target(p)
         add_output(p)
         p.set_defaults(run=run)
 
@@ -72,6 +79,10 @@ def _print(args: argparse.Namespace, as_json: object, text: str) -> None:
 def cmd_ingest(args: argparse.Namespace) -> int:
     if args.collection is not None and not args.collection.strip():
         raise MicroRAGError("--collection needs a name (letters, digits, '.', '_' or '-'); leave it out to use the folder's name")
+    client = client_for(args)
+    if client is not None:
+        with client:
+            return _ingest_remote(args, client)
     store = open_store(_location(args), create=True)
     try:
         settings = override(settings_for(args, args.preset or preset_for(store.meta())), dlp=args.dlp)
@@ -113,7 +124,61 @@ def _report_text(args: argparse.Namespace, report: IngestReport, each: bool = Fa
                       f"{_location(args)}: {report.summary()}"])
 
 
+def _uploads(paths: list[str], collection: str | None) -> list[tuple[Path, str]]:
+    """(file, source name) for each file under ``paths``, named as a local ingest names it:
+    ``<collection>/<path under the folder>``, the collection being the folder's name."""
+    out = []
+    for given in paths:
+        root = Path(given)
+        if not root.exists():
+            raise CorpusError(f"corpus path {given!r} does not exist; pass a folder or a file")
+        name = collection or (root.resolve().parent if root.is_file() else root.resolve()).name
+        out += [(file, f"{name}/{rel}" if name else rel) for file, rel in iter_files(root)]
+    return out
+
+
+def _upload_line(up: Upload) -> str:
+    found = up.get("findings") or {}
+    dlp = f"; dlp: {', '.join(f'{k} x{v}' for k, v in found.items())}" if found else ""
+    flags = "".join(f"; {f}" for f in up.get("flags") or [])
+    return f"{up['status']}: {up['doc']} ({up['label']}, {up['chunks']} chunks{dlp}{flags})"
+
+
+def _ingest_remote(args: argparse.Namespace, client: Client) -> int:
+    """``ingest --target``: each text file uploaded to ``POST /ingest``, one line each as it lands."""
+    files = _uploads(args.paths, args.collection)
+    done: list[Upload] = []
+    skipped: list[str] = []
+    for file, source in files:
+        try:
+            text = file.read_text(encoding="utf-8")
+        except (UnicodeDecodeError, OSError):  # PDF, Office: the server parses text uploads only
+            skipped.append(str(file))
+            if not args.quiet:
+                diag(f"skipped {file}: not UTF-8 text (ingest PDF and Office files where the index lives)")
+            continue
+        if not text.strip():
+            skipped.append(str(file))
+            continue
+        up = client.ingest(source, text, label=args.label)
+        done.append(up)
+        if not args.json:
+            print(_upload_line(up), flush=True)
+    if not done:
+        raise CorpusError(f"nothing to upload under {', '.join(args.paths)}: no non-empty text files")
+    queued = sum(u["status"] == "quarantined" for u in done)
+    _print(args, {"uploaded": done, "skipped": skipped},
+           f"{args.target}: uploaded {len(done)} document(s), {len(done) - queued} live, {queued} waiting for an admin's review")
+    return 0
+
+
 def cmd_delete(args: argparse.Namespace) -> int:
+    client = client_for(args)
+    if client is not None:
+        with client:
+            removed = [client.delete(doc)["deleted"] for doc in args.docs]
+        _print(args, {"removed": removed}, f"removed {len(removed)} document(s): {', '.join(removed)}")
+        return 0
     store = _existing(args)
     try:
         report = delete_documents(store, args.docs)
@@ -139,6 +204,13 @@ def cmd_check(args: argparse.Namespace) -> int:
 
 
 def cmd_documents(args: argparse.Namespace) -> int:
+    client = client_for(args)
+    if client is not None:
+        with client:
+            listed = client.documents()
+        _print(args, listed, "\n".join(f"{d['doc']}\t{d.get('n_chunks')} chunks\t{d.get('label')}\t{d.get('principal')}\t"
+                                       f"{d.get('ingested_at')}" for d in listed))
+        return 0
     store = _existing(args)
     try:
         docs = store.documents()

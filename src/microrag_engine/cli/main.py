@@ -1,10 +1,12 @@
 """``microrag`` - the command line: one module per group of commands.
 
   query.py   retrieve QUERY · ask QUERY · rank (queries on stdin)
+  chat.py    chat (a conversation in the terminal: local index or --target server)
   index.py   ingest PATH... · delete DOC... · check · documents
   eval.py    eval --dataset DIR
   verify.py  verify --context FILE --answer TEXT
   serve.py   serve
+  mcp.py     mcp (the index as an MCP server over stdio; serve has it over HTTP at /mcp)
   keys.py    keys add | list | revoke
   lab.py     compliant-llm · local-llm · redteam
 Each command declares only the options it uses (``options.py`` holds the groups),
@@ -23,8 +25,8 @@ from collections.abc import Sequence
 
 from .. import __version__
 from ..errors import MicroRAGError
+from . import chat, index, keys, lab, mcp, query, serve, verify
 from . import eval as eval_cmd
-from . import index, keys, lab, query, serve, verify
 
 log = logging.getLogger("microrag")
 
@@ -37,13 +39,14 @@ def build_parser() -> argparse.ArgumentParser:
                "  microrag ingest my-docs/\n"
                "  microrag retrieve \"how do I reset my password?\"\n"
                "  microrag ask \"how many vacation days do I get?\"\n"
+               "  microrag chat                        (or: microrag chat --target http://127.0.0.1:8000)\n"
                "  printf 'vpn access\\n' | microrag rank --corpus chunks.jsonl\n"
                "Set LLM_BASE_URL (and LLM_API_KEY, LLM_MODEL) to answer with an OpenAI-compatible model.",
         formatter_class=argparse.RawDescriptionHelpFormatter,
     )
     parser.add_argument("--version", action="version", version=f"microrag {__version__}")
     sub = parser.add_subparsers(dest="command", metavar="COMMAND", required=True)
-    for group in (query, verify, index, serve, keys, lab, eval_cmd):
+    for group in (query, chat, verify, index, serve, mcp, keys, lab, eval_cmd):
         group.register(sub)
     return parser
 

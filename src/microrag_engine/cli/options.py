@@ -10,7 +10,8 @@ from __future__ import annotations
 import argparse
 import sys
 
-from ..config import CHUNKERS, DEFAULT_INDEX, DLP_MODES, FUSIONS, PRESETS, VERIFY_POLICIES, Settings, override, preset
+from ..client import Client
+from ..config import CHUNKERS, DEFAULT_INDEX, DLP_MODES, FUSIONS, PRESETS, VERIFY_POLICIES, Settings, api_key, override, preset
 from ..engine import Engine, demo_corpus
 from ..errors import MicroRAGError
 from ..store import default_location, open_store, store_exists
@@ -107,6 +108,52 @@ def add_dlp(p: argparse.ArgumentParser) -> None:
     p.add_argument("--dlp", choices=DLP_MODES,
                    help="secrets/PII found in documents: redact before indexing (default preset), "
                         "label the document restricted, or off (the seed preset's default)")
+
+
+def add_target(p: argparse.ArgumentParser) -> None:
+    g = p.add_argument_group("server")
+    g.add_argument("--target", metavar="URL",
+                   help="run against a microRAG server (e.g. http://127.0.0.1:8000) instead of a local index")
+    g.add_argument("--key", metavar="KEY", help="the server's API key (default: $MICRORAG_API_KEY; the variable keeps it "
+                                                "out of your shell history and the process list)")
+
+
+# ---------------------------------------------------------------- options -> a server client
+
+# Options that configure a local index, by namespace name. With --target the server's own
+# index and settings decide, so each is refused rather than silently ignored.
+_LOCAL_ONLY = {"corpus": "--corpus", "index": "--index", "preset": "--preset", "chunker": "--chunker", "w_kw": "--w-kw",
+               "fusion": "--fusion", "max_per_source": "--max-per-source", "min_kw": "--min-kw", "min_em": "--min-em",
+               "policy": "--policy", "nli": "--nli", "min_entail": "--min-entail", "dlp": "--dlp", "prune": "--prune",
+               "watch": "--watch", "labels": "--labels"}
+
+
+def client_for(args: argparse.Namespace) -> Client | None:
+    """A client for ``--target`` (key: ``--key``, else ``$MICRORAG_API_KEY``), or None to run locally.
+    A local-index option given with ``--target`` is a one-line error."""
+    given = vars(args)
+    if not given.get("target"):
+        if given.get("key"):
+            raise MicroRAGError("--key is for a server: give its URL with --target")
+        return None
+    for name, flag in _LOCAL_ONLY.items():
+        if given.get(name) not in (None, False):
+            why = ("your key's clearance decides what you may read" if name == "labels"
+                   else "the server answers from its own index with its own settings")
+            raise MicroRAGError(f"{flag} does nothing with --target: {why}; leave {flag} out")
+    return Client(args.target, api_key=given.get("key") or api_key() or None)
+
+
+def remote_filters(args: argparse.Namespace) -> tuple[dict[str, str], dict[str, str]]:
+    """``--where``/``--exclude`` as the server takes them: one glob per field."""
+    found = filter_of(args) or DocFilter()
+    out: tuple[dict[str, str], dict[str, str]] = ({}, {})
+    for pairs, into, flag in ((found.where, out[0], "--where"), (found.exclude, out[1], "--exclude")):
+        for name, glob in pairs:
+            if name in into:
+                raise MicroRAGError(f"{flag} {name}=... is given twice; a server takes one glob per field")
+            into[name] = glob
+    return out
 
 
 # ---------------------------------------------------------------- options -> settings -> engine

@@ -3,6 +3,8 @@
 ``retrieve`` prints the ranked chunks with both legs' scores (no LLM), ``ask`` a
 cited answer (the LLM at ``LLM_BASE_URL``, else the extractive answerer), ``rank``
 the ranking protocol: one query per stdin line -> ``OK: ids`` or ``REFUSE``.
+``retrieve`` and ``ask`` take ``--target URL`` to ask a server (``client.Client``)
+instead, printing the same way.
 """
 
 from __future__ import annotations
@@ -13,11 +15,27 @@ import sys
 from typing import TextIO
 
 from ..augment import citation
+from ..client import Client, Delta, Done, Sources, to_hit
 from ..config import LLMConfig
 from ..errors import MicroRAGError
 from ..generate import is_refusal
 from ..types import Hit, Retrieval
-from .options import add_corpus, add_index, add_output, add_preset, add_retrieval, add_verification, diag, engine_for, filter_of, labels_of
+from ..verify import SentenceVerdict
+from .options import (
+    add_corpus,
+    add_index,
+    add_output,
+    add_preset,
+    add_retrieval,
+    add_target,
+    add_verification,
+    client_for,
+    diag,
+    engine_for,
+    filter_of,
+    labels_of,
+    remote_filters,
+)
 from .verify import verdict_line
 
 
@@ -35,6 +53,8 @@ def register(sub: argparse._SubParsersAction) -> None:
         add_retrieval(p)
         if p is a:
             add_verification(p)
+        if p is not k:  # rank reads a local index: its protocol is for offline evaluation
+            add_target(p)
         add_output(p, json=p is not k)  # rank's protocol is its output
         p.set_defaults(run=run)
 
@@ -65,6 +85,20 @@ def _print_retrieval(r: Retrieval, as_json: bool, out: TextIO) -> None:
         print(format_hit(h), file=out)
 
 
+def verification_lines(verification: dict) -> list[str]:
+    """A verification (``Verification.to_dict()``, as the server sends it) for a terminal:
+    the summary, then one verdict line per sentence."""
+    rows = [SentenceVerdict(**{**row, "missing": tuple(row.get("missing", ()))}) for row in verification.get("sentences", [])]
+    return ["Verification: " + str(verification.get("summary", "")), *("  " + verdict_line(v) for v in rows)]
+
+
+def print_sources(hits: list[Hit], out: TextIO) -> None:
+    """The answer's sources under ``ask``: citation and fused score."""
+    print("\nSources:", file=out)
+    for h in hits:
+        print(f"  {citation(h)} hybrid {h.hybrid:.3f}", file=out)
+
+
 def rank_line(r: Retrieval) -> str:
     """``OK: id, id, ...`` or ``REFUSE``."""
     if r.refused or not r.hits:
@@ -76,9 +110,27 @@ def rank_line(r: Retrieval) -> str:
 
 
 def cmd_retrieve(args: argparse.Namespace) -> int:
+    client = client_for(args)
+    if client is not None:
+        with client:
+            return _retrieve_remote(args, client)
     where = filter_of(args)  # a malformed filter fails before any indexing
     engine = engine_for(args)
     _print_retrieval(engine.retrieve(args.query, labels=labels_of(args), where=where), args.json, sys.stdout)
+    return 0
+
+
+def _retrieve_remote(args: argparse.Namespace, client: Client) -> int:
+    where, exclude = remote_filters(args)
+    found = client.search(args.query, top_k=args.top_k, where=where, exclude=exclude)
+    if args.json:  # the server's hits as sent (they carry label and provenance too)
+        json.dump(found["hits"], sys.stdout, ensure_ascii=False, indent=1)
+        print()
+        return 0
+    if found["refused"]:
+        print(f"REFUSE: {found['reason']}")
+    for h in found["hits"]:
+        print(format_hit(to_hit(h)))
     return 0
 
 
@@ -94,6 +146,10 @@ def cmd_rank(args: argparse.Namespace) -> int:
 def cmd_ask(args: argparse.Namespace) -> int:
     if not args.query.strip():
         raise MicroRAGError("the question is empty")
+    client = client_for(args)
+    if client is not None:
+        with client:
+            return _ask_remote(args, client)
     where = filter_of(args)
     engine = engine_for(args)
     llm = LLMConfig.from_env()
@@ -128,7 +184,42 @@ def cmd_ask(args: argparse.Namespace) -> int:
     if ans.truncated and not args.quiet:
         diag("warning: the LLM stream dropped mid-answer; the answer above is partial")
     if ans.retrieval.hits and not is_refusal(ans.text):  # a refusal quotes nothing: no sources to list
-        print("\nSources:")
-        for h in ans.retrieval.hits:
-            print(f"  {citation(h)} hybrid {h.hybrid:.3f}")
+        print_sources(ans.retrieval.hits, sys.stdout)
+    return 0
+
+
+def _ask_remote(args: argparse.Namespace, client: Client) -> int:
+    """``ask --target``: the server's answer, streamed as it arrives, printed as ``ask`` prints."""
+    where, exclude = remote_filters(args)
+    verify = True if args.verify else None  # without --verify: the server's default
+    if not args.quiet:
+        diag(f"asking the server at {args.target}")
+    if args.json:
+        out = client.query(args.query, top_k=args.top_k, where=where, exclude=exclude, verify=verify)
+        json.dump({"answer": out["answer"], "mode": out["mode"], "refused": out["refused"], "reason": out["reason"],
+                   "truncated": any(f.startswith("budget:") for f in out["flags"]), "sources": out["sources"],
+                   "verification": out["verification"], "flags": out["flags"]},
+                  sys.stdout, ensure_ascii=False, indent=1)
+        print()
+        return 0
+    text, sources, done = "", [], None
+    for event in client.stream(args.query, top_k=args.top_k, where=where, exclude=exclude, verify=verify):
+        if isinstance(event, Sources):
+            sources = [to_hit(s) for s in event.sources]
+        elif isinstance(event, Delta):
+            text += event.text
+            print(event.text, end="", flush=True)
+        elif isinstance(event, Done):
+            done = event
+    print()
+    flags = done.flags if done else []
+    unavailable = [f for f in flags if f.startswith("verify: unavailable")]
+    if args.verify and unavailable:
+        raise MicroRAGError("the server could not verify: " + unavailable[0].removeprefix("verify: unavailable (").removesuffix(")"))
+    if done and done.verification and args.verify:
+        print("\n" + "\n".join(verification_lines(done.verification)))
+    if any(f.startswith("budget:") for f in flags) and not args.quiet:
+        diag("warning: the server cut the answer at its time budget; the answer above is partial")
+    if sources and not is_refusal(text):
+        print_sources(sources, sys.stdout)
     return 0

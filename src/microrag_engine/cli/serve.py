@@ -3,18 +3,22 @@
 Every defence of ``server/defences.py`` is on; ``--profile lab-baseline`` turns them
 all off (loopback only, with a banner) as a target for ``microrag redteam``. The
 server extra (fastapi, uvicorn) is imported only when the command runs.
+``add_server_options`` and ``server_config`` are what every door of the server shares
+(``microrag mcp`` serves the same index and policy over stdio).
 """
 
 from __future__ import annotations
 
 import argparse
 from pathlib import Path
+from typing import Any
 
 from ..config import LLMConfig, override
 from ..errors import MicroRAGError
 from ..ingest import ingest_paths
 from ..server.auth import KeyStore
-from ..server.defences import LAB, PROFILES
+from ..server.config import ServerConfig
+from ..server.defences import HARDENED, LAB, PROFILES, Profile
 from ..server.state import ServerState
 from ..store import default_location, open_store
 from .keys import server_dir
@@ -25,37 +29,64 @@ def register(sub: argparse._SubParsersAction) -> None:
     sv = sub.add_parser("serve", help="run the HTTP API (hardened defaults)")
     sv.add_argument("--host", default="127.0.0.1", help="interface to bind (default: %(default)s)")
     sv.add_argument("--port", type=int, default=8000, help="port (default: %(default)s)")
-    sv.add_argument("--no-anonymous", action="store_true", help="require an API key for every call")
     sv.add_argument("--allowed-host", action="append", metavar="NAME",
                     help="a Host header to serve (repeatable; default: the loopback names and --host); "
                          "'*' serves any, for use behind a proxy that checks it")
     sv.add_argument("--trusted-proxy", action="append", metavar="IP",
                     help="honour X-Forwarded-For/-Proto only from this proxy address (repeatable; default: never)")
-    sv.add_argument("--input-guard", choices=("flag", "block", "off"), default="flag",
-                    help="injection-looking questions: flag in the audit trail (default) or block")
-    sv.add_argument("--no-verify", action="store_true",
-                    help="do not NLI-check answers by default (a request can still ask with \"verify\": true)")
-    sv.add_argument("--tools-dir", metavar="DIR", help="enable the file-read tool, confined to DIR (default: off)")
     sv.add_argument("--profile", choices=sorted(PROFILES), default="hardened",
                     help="lab-baseline = the naive server: every defence of server/defences.py off, no DLP, no "
                          "diversity cap; loopback only, a target for `microrag redteam`")
-    sv.add_argument("--request-seconds", type=float, default=60.0, metavar="S",
-                    help="wall-clock budget of one request; the model's answer is cut there (default: %(default)s)")
-    add_index(sv)
-    add_corpus(sv)
-    add_preset(sv)
-    add_dlp(sv)
-    add_retrieval(sv, labels=False)  # a caller's labels come from their key
-    add_verification(sv)
-    add_output(sv, json=False)
+    add_server_options(sv)
     sv.set_defaults(run=cmd_serve)
+
+
+def add_server_options(p: argparse.ArgumentParser) -> None:
+    """The options of every door of the server (``serve``, ``mcp``): the index, how it is
+    built, and the policy every call goes through."""
+    p.add_argument("--no-anonymous", action="store_true", help="require an API key for every call")
+    p.add_argument("--input-guard", choices=("flag", "block", "off"), default="flag",
+                   help="injection-looking questions: flag in the audit trail (default) or block")
+    p.add_argument("--no-verify", action="store_true",
+                   help="do not NLI-check answers by default (a request can still ask with \"verify\": true)")
+    p.add_argument("--tools-dir", metavar="DIR", help="enable the file-read tool, confined to DIR (default: off)")
+    p.add_argument("--request-seconds", type=float, default=60.0, metavar="S",
+                   help="wall-clock budget of one request; the model's answer is cut there (default: %(default)s)")
+    add_index(p)
+    add_corpus(p)
+    add_preset(p)
+    add_dlp(p)
+    add_retrieval(p, labels=False)  # a caller's labels come from their key
+    add_verification(p)
+    add_output(p, json=False)
+
+
+def server_config(args: argparse.Namespace, profile: Profile = HARDENED, **extra: Any) -> ServerConfig:
+    """The server's configuration from ``add_server_options``' options: the store (created
+    if absent, ``--corpus`` ingested into an empty one), the settings it was built with,
+    keys and state beside it (``keys.server_dir``). ``extra`` goes to ``ServerConfig``."""
+    store = open_store(args.index or default_location(), create=True)
+    name = args.preset or preset_for(store.meta())
+    settings = override(settings_for(args, name), dlp=args.dlp)
+    settings = override(settings, **profile.settings)
+    if args.corpus and not store.documents():
+        report = ingest_paths(store, args.corpus, settings, collection="")  # ids as /reset and --corpus runs give them
+        if not args.quiet:
+            diag(f"indexed {', '.join(args.corpus)}: {report.summary()}")
+    sdir = server_dir(args.index)
+    return ServerConfig(store=store, settings=settings, keys=KeyStore(sdir / "keys.sqlite"),
+                        state=ServerState(sdir / "server.sqlite"), corpus=list(args.corpus or []),
+                        llm=LLMConfig.from_env(), allow_anonymous=not args.no_anonymous,
+                        defences=profile.defences,
+                        input_guard=args.input_guard, tools_dir=Path(args.tools_dir) if args.tools_dir else None,
+                        verify=not args.no_verify and profile.verify, request_seconds=args.request_seconds, **extra)
 
 
 def cmd_serve(args: argparse.Namespace) -> int:
     try:  # the server extra: fastapi and uvicorn
         import uvicorn
 
-        from ..server.app import ServerConfig, create_app
+        from ..server.app import create_app, mcp_sdk
     except ImportError:
         raise MicroRAGError("the server needs its extra: pip install 'microrag-engine[server]'") from None
     loopback = args.host in ("127.0.0.1", "localhost", "::1")
@@ -68,26 +99,12 @@ def cmd_serve(args: argparse.Namespace) -> int:
               "no diversity cap. A demonstration target for `microrag redteam`; never expose it.")
     elif not loopback and not args.quiet:
         diag(f"warning: listening on {args.host}: put TLS and a firewall in front of it")
-    store = open_store(args.index or default_location(), create=True)
-    name = args.preset or preset_for(store.meta())
-    settings = override(settings_for(args, name), dlp=args.dlp)
-    settings = override(settings, **profile.settings)
-    if args.corpus and not store.documents():
-        report = ingest_paths(store, args.corpus, settings, collection="")  # ids as /reset and --corpus runs give them
-        if not args.quiet:
-            diag(f"indexed {', '.join(args.corpus)}: {report.summary()}")
-    sdir = server_dir(args.index)
-    cfg = ServerConfig(store=store, settings=settings, keys=KeyStore(sdir / "keys.sqlite"),
-                       state=ServerState(sdir / "server.sqlite"), corpus=list(args.corpus or []),
-                       llm=LLMConfig.from_env(), allow_anonymous=not args.no_anonymous,
-                       defences=profile.defences,
-                       input_guard=args.input_guard, tools_dir=Path(args.tools_dir) if args.tools_dir else None,
-                       verify=not args.no_verify and profile.verify, request_seconds=args.request_seconds,
-                       allowed_hosts=_allowed_hosts(args))
+    cfg = server_config(args, profile, allowed_hosts=_allowed_hosts(args))
     app = create_app(cfg)
     if not args.quiet:
         diag(f"serving {args.index or default_location()} on http://{args.host}:{args.port} "
-              f"(OpenAPI schema at /openapi.json; answers by {'the LLM' if cfg.llm else 'the extractive answerer'})")
+              f"(OpenAPI schema at /openapi.json{'; MCP at /mcp' if mcp_sdk() else ''}; "
+              f"answers by {'the LLM' if cfg.llm else 'the extractive answerer'})")
     # uvicorn's access log prints paths, never headers: keys stay out of logs.
     # Proxy headers are off unless a proxy is named: from anyone else X-Forwarded-For
     # would pick the rate-limit bucket (rotate it to evade; forge it to lock others out).

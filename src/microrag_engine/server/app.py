@@ -6,11 +6,13 @@ may enter the index (namespaced sources, DLP, quarantine for untrusted contribut
 what may leave it (output guard), and what is recorded (audit trail). Every defence is
 a switch in ``defences.py``; its two profiles are ``HARDENED`` (every real server) and
 ``LAB`` (the target of ``microrag redteam``). Every user mistake is a 4xx with ``{"error": ...}``; keys never
-reach a log line.
+reach a log line. With the ``mcp`` extra, MCP clients are served at ``/mcp`` (``mcp.py``), behind the same
+keys and policy.
 """
 
 from __future__ import annotations
 
+import importlib.util
 from collections.abc import Mapping
 from pathlib import Path
 
@@ -26,7 +28,13 @@ from .config import UI_HEADERS, ServerConfig
 from .context import ServerContext
 from .routes import documents, openai, oversight, query
 
-__all__ = ["ServerConfig", "create_app"]
+__all__ = ["ServerConfig", "create_app", "mcp_sdk"]
+
+
+def mcp_sdk() -> bool:
+    """Whether the ``mcp`` extra is there as ``mcp.py`` needs it: the official SDK, 2.x (``MCPServer``).
+    Looked up, not imported: the server runs without it, and without /mcp."""
+    return importlib.util.find_spec("mcp") is not None and importlib.util.find_spec("mcp.server.mcpserver") is not None
 
 
 def _host_name(header: str) -> str:
@@ -139,4 +147,8 @@ def create_app(cfg: ServerConfig) -> FastAPI:
     app.mount("/ui", StaticFiles(directory=Path(__file__).parent / "static"), name="ui")
     for routes in (oversight, query, documents, openai):
         app.include_router(routes.router(ctx))
+    if mcp_sdk():  # the mcp extra: MCP clients at /mcp, behind the same keys and policy
+        from .mcp import mount
+
+        mount(app, ctx)
     return app

@@ -6,7 +6,7 @@ from __future__ import annotations
 import threading
 import time
 from collections import defaultdict
-from collections.abc import Callable
+from collections.abc import Callable, Mapping
 
 from fastapi import Depends, HTTPException, Request
 
@@ -37,6 +37,12 @@ class RateLimiter:
             return sum(t - x < 60 for x in self.hits.get(who, ())) >= self.per_minute
 
 
+def request_key(headers: Mapping[str, str]) -> str:
+    """The key a request presents: ``Authorization: Bearer <key>``, else ``X-API-Key`` (``""``: none)."""
+    auth = headers.get("authorization", "")
+    return auth[7:].strip() if auth.lower().startswith("bearer ") else headers.get("x-api-key", "")
+
+
 class ServerContext:
     """The state behind the routes. The engine reference swaps atomically after each
     write (under ``lock``); a request keeps the engine it started with."""
@@ -57,18 +63,21 @@ class ServerContext:
 
     def principal(self, request: Request) -> Principal:
         """The caller, from ``Authorization: Bearer <key>`` or ``X-API-Key``."""
+        return self.principal_for_key(request_key(request.headers), request.client.host if request.client else "")
+
+    def principal_for_key(self, key: str, client: str) -> Principal:
+        """The caller presenting ``key`` (``""``: none) from address ``client``, for every door
+        (HTTP routes, /mcp, ``microrag mcp`` over stdio): resolved, with wrong keys throttled
+        per address and every caller rate-limited. Raises ``HTTPException`` (401, 429)."""
         cfg = self.cfg
         if not self.on.authentication:
             return EVERYONE_ADMIN
-        auth = request.headers.get("authorization", "")
-        key = auth[7:].strip() if auth.lower().startswith("bearer ") else request.headers.get("x-api-key", "")
         if key:
             who = cfg.keys.resolve(key)
             if who is None:
                 # Wrong keys are throttled per address; right keys never are (behind a shared
                 # proxy address one guesser must not lock every key holder out).
-                client = f"ip:{request.client.host if request.client else ''}"
-                if not self.guesses.allow(client):
+                if not self.guesses.allow(f"ip:{client}"):
                     raise HTTPException(429, "too many wrong API keys from this address; wait a minute")
                 raise HTTPException(401, "invalid or revoked API key", headers={"WWW-Authenticate": "Bearer"})
         elif cfg.allow_anonymous:
@@ -76,7 +85,7 @@ class ServerContext:
         else:
             raise HTTPException(401, "an API key is required (Authorization: Bearer <key>)",
                                 headers={"WWW-Authenticate": "Bearer"})
-        if not self.limiter.allow(who.name if who is not ANONYMOUS else f"anon:{request.client.host if request.client else ''}"):
+        if not self.limiter.allow(who.name if who is not ANONYMOUS else f"anon:{client}"):
             raise HTTPException(429, "rate limit exceeded; slow down")
         return who
 

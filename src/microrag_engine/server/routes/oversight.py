@@ -55,12 +55,17 @@ def router(ctx: ServerContext) -> APIRouter:
     return router
 
 
+# Audit actions whose hits answer a caller's question: /query, /search, the OpenAI door's
+# chat, MCP's search and answer (fetch and list_collections retrieve nothing).
+RETRIEVING = frozenset({"query", "search", "chat", "answer"})
+
+
 def collision_report(trail: list[dict], engine: Engine | None, min_queries: int = 5) -> list[dict]:
     """Documents that surface for many *unrelated* queries - the mark of an embedding-collision
     or slow-drip attack. Unrelated = low mean pairwise similarity of those queries' embeddings."""
     by_doc: dict[str, set[str]] = defaultdict(set)
     for row in trail:
-        if row["action"] == "query":
+        if row["action"] in RETRIEVING:
             for h in row["hits"]:
                 by_doc[h["id"].rsplit("#", 1)[0]].add(row["query"])
     out = []
