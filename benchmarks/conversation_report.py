@@ -1,6 +1,6 @@
 """Follow-up questions: hit@4 with and without the conversation's history.
 
-    python benchmarks/conversation_report.py                   # both sets (~2 min warm; the Python docs index is built once by qa_report.py)
+    python benchmarks/conversation_report.py                   # both sets (~1 min; the Python docs index: qa_report.py builds it once)
     python benchmarks/conversation_report.py --sets handbook   # the demo handbook only (~30 s)
     LLM_BASE_URL=... python benchmarks/conversation_report.py --llm   # adds the LLM rewrite
 
