@@ -6,15 +6,19 @@ import time
 from collections.abc import Callable
 
 
-def best_time(fn: Callable[[], object], repeats: int = 3, stop_after: float = float("inf")) -> float:
+def best_time(fn: Callable[[], object], repeats: int = 3, stop_after: float = float("inf"), collect: bool = True) -> float:
     """Best of ``repeats`` timings of ``fn()``, with the garbage collector paused.
 
     Why paused: CPython's full collections walk every live object, and a parser that builds
     a big tree triggers more of them the bigger the tree, so with the collector on, a linear
     parser measured ~5x for 4x the input here and 10.3x on a CI machine. The growth checks are
-    about the algorithm, not the collector's schedule."""
+    about the algorithm, not the collector's schedule.
+
+    ``collect=False`` in a forked child: a collection there runs finalizers that may wait on a
+    lock another thread of the parent held at fork time, forever (it hung test_rx in make test)."""
     best = float("inf")
-    gc.collect()
+    if collect:
+        gc.collect()
     enabled = gc.isenabled()
     gc.disable()
     try:

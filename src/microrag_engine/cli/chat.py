@@ -26,6 +26,7 @@ from ..generate import is_refusal
 from ..store.base import DocFilter
 from ..types import Hit, Turn
 from .options import (
+    add_conversation,
     add_corpus,
     add_index,
     add_output,
@@ -58,6 +59,7 @@ def register(sub: argparse._SubParsersAction) -> None:
     add_index(c)
     add_preset(c)
     add_retrieval(c)
+    add_conversation(c)
     add_verification(c)  # how /verify checks, on a local index
     add_target(c)
     add_output(c, json=False)

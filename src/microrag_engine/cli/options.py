@@ -11,7 +11,7 @@ import argparse
 import sys
 
 from ..client import Client
-from ..config import CHUNKERS, DEFAULT_INDEX, DLP_MODES, FUSIONS, PRESETS, VERIFY_POLICIES, Settings, api_key, override, preset
+from ..config import CHUNKERS, CONDENSERS, DEFAULT_INDEX, DLP_MODES, FUSIONS, PRESETS, VERIFY_POLICIES, Settings, api_key, override, preset
 from ..engine import Engine, demo_corpus
 from ..errors import MicroRAGError
 from ..store import default_location, open_store, store_exists
@@ -77,6 +77,12 @@ def add_fusion(g: argparse._ActionsContainer) -> None:
     g.add_argument("--fusion", choices=FUSIONS, help="how the two legs are combined (default minmax)")
 
 
+def add_conversation(p: argparse.ArgumentParser) -> None:
+    p.add_argument("--condense", choices=CONDENSERS,
+                   help="how a follow-up's retrieval query is made: lexical (default: the turns it continues are put "
+                        "before it), llm (the model at LLM_BASE_URL rewrites it; measure it first: README), off (last message only)")
+
+
 def add_retrieval(p: argparse.ArgumentParser, labels: bool = True) -> None:
     g = p.add_argument_group("retrieval")
     if labels:
@@ -125,7 +131,7 @@ def add_target(p: argparse.ArgumentParser) -> None:
 _LOCAL_ONLY = {"corpus": "--corpus", "index": "--index", "preset": "--preset", "chunker": "--chunker", "w_kw": "--w-kw",
                "fusion": "--fusion", "max_per_source": "--max-per-source", "min_kw": "--min-kw", "min_em": "--min-em",
                "policy": "--policy", "nli": "--nli", "min_entail": "--min-entail", "dlp": "--dlp", "prune": "--prune",
-               "watch": "--watch", "labels": "--labels"}
+               "watch": "--watch", "labels": "--labels", "condense": "--condense"}
 
 
 def client_for(args: argparse.Namespace) -> Client | None:
@@ -162,7 +168,7 @@ def remote_filters(args: argparse.Namespace) -> tuple[dict[str, str], dict[str, 
 # declare are simply absent from its namespace.
 _KNOBS = {"top_k": "top_k", "w_kw": "w_kw", "fusion": "fusion", "max_per_source": "max_per_source", "min_kw": "min_kw",
           "min_em": "min_em", "chunker": "chunker", "policy": "verify_policy", "nli": "nli", "min_entail": "min_entail",
-          "dlp": "dlp"}
+          "dlp": "dlp", "condense": "condense"}
 
 
 def settings_for(args: argparse.Namespace, name: str) -> Settings:

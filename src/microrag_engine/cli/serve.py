@@ -22,7 +22,19 @@ from ..server.defences import HARDENED, LAB, PROFILES, Profile
 from ..server.state import ServerState
 from ..store import default_location, open_store
 from .keys import server_dir
-from .options import add_corpus, add_dlp, add_index, add_output, add_preset, add_retrieval, add_verification, diag, preset_for, settings_for
+from .options import (
+    add_conversation,
+    add_corpus,
+    add_dlp,
+    add_index,
+    add_output,
+    add_preset,
+    add_retrieval,
+    add_verification,
+    diag,
+    preset_for,
+    settings_for,
+)
 
 
 def register(sub: argparse._SubParsersAction) -> None:
@@ -57,6 +69,7 @@ def add_server_options(p: argparse.ArgumentParser) -> None:
     add_preset(p)
     add_dlp(p)
     add_retrieval(p, labels=False)  # a caller's labels come from their key
+    add_conversation(p)
     add_verification(p)
     add_output(p, json=False)
 

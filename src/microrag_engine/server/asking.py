@@ -134,17 +134,24 @@ class Asking:
         else:
             state.settle(turned.row, decision, flags)
 
-    def answer(self, turned: Turned, action: str = "query") -> tuple[Answer, dict | None]:
+    def answer(self, turned: Turned, action: str = "query", settle: bool = True) -> tuple[Answer, dict | None]:
         """The engine's answer, then what the server adds: the output guard on every channel.
-        Settles the audit row either way (answered, refused or error)."""
+        Settles the audit row: on an error always; on success unless ``settle=False`` (a
+        stream settles with :meth:`done` once the last piece has left, as version one did, so
+        the lab baseline's audit-after-answer stays evadable by hanging up)."""
         try:
             ans, checked = self._answer(turned)
         except Exception as exc:  # the row says so; the error itself goes on to its handler
             detail = exc.detail if isinstance(exc, HTTPException) else type(exc).__name__
             self.settle(turned, "error", turned.flags + [f"answer: {detail}"], action)
             raise
-        self.settle(turned, "refused" if turned.retrieval.refused else "answered", turned.flags + ans.flags, action)
+        if settle:
+            self.done(turned, ans, action)
         return ans, checked
+
+    def done(self, turned: Turned, ans: Answer, action: str = "query") -> None:
+        """Settle the audit row of an answer that was given."""
+        self.settle(turned, "refused" if turned.retrieval.refused else "answered", turned.flags + ans.flags, action)
 
     def _answer(self, turned: Turned) -> tuple[Answer, dict | None]:
         cfg, on = self.ctx.cfg, self.ctx.on

@@ -25,6 +25,7 @@ from __future__ import annotations
 
 import base64
 import json
+import logging
 import re
 import secrets
 import time
@@ -42,6 +43,8 @@ from ..asking import Asking, Turned
 from ..auth import Principal
 from ..context import ServerContext
 from .query import FilterField, FilterGlob
+
+log = logging.getLogger("microrag")
 
 MODEL = "microrag"
 MAX_MESSAGES = 100
@@ -179,14 +182,18 @@ def router(ctx: ServerContext) -> APIRouter:
 
         yield chunk({"role": "assistant", "content": ""})
         try:
-            ans, checked = asking.answer(turned, action="chat")
-        except HTTPException as exc:  # the stream began with a 200: the error goes in-band, in OpenAI's shape
-            yield f"data: {json.dumps({'error': {'message': exc.detail, 'type': 'server_error', 'param': None, 'code': None}})}\n\n"
+            ans, checked = asking.answer(turned, action="chat", settle=False)
+        except Exception as exc:  # the stream began with a 200: the error goes in-band, in OpenAI's shape
+            if not isinstance(exc, HTTPException):
+                log.exception("answer step failed")
+            message = exc.detail if isinstance(exc, HTTPException) else "the answer step failed; try again later"
+            yield f"data: {json.dumps({'error': {'message': message, 'type': 'server_error', 'param': None, 'code': None}})}\n\n"
             yield "data: [DONE]\n\n"
             return
         text = ans.text + (citations_block(turned) if cite else "")
         for piece in re.findall(r"\s*\S+", text):
             yield chunk({"content": piece})
+        asking.done(turned, ans, "chat")
         yield chunk({}, "stop", microrag=_extension(turned, ans.mode, ans.flags, checked))
         if usage:
             event = {**head, "object": "chat.completion.chunk", "choices": [],

@@ -80,7 +80,7 @@ def router(ctx: ServerContext) -> APIRouter:
         # The whole answer passes the output guard before any of it leaves: a secret
         # split across streamed pieces could not be caught piece by piece.
         try:
-            ans, checked = asking.answer(turned)
+            ans, checked = asking.answer(turned, settle=False)
         except Exception as exc:  # the sources already left with a 200: say so in-band (the audit row says so too)
             detail = exc.detail if isinstance(exc, HTTPException) else "the answer step failed; try again later"
             if not isinstance(exc, HTTPException):
@@ -90,6 +90,7 @@ def router(ctx: ServerContext) -> APIRouter:
             return
         for piece in re.findall(r"\S+\s*", ans.text):
             yield f"data: {json.dumps({'delta': piece})}\n\n"
+        asking.done(turned, ans)
         done = {"mode": ans.mode, "flags": turned.flags + ans.flags, "verification": checked}
         yield f"event: done\ndata: {json.dumps(done)}\n\n"
         yield "data: [DONE]\n\n"
