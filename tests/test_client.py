@@ -124,7 +124,7 @@ def test_chat_streams_chunks_ending_with_the_microrag_block(reader):
 def test_chat_errors_in_openai_shape_become_one_line(reader):
     with pytest.raises(ServerError, match=r"invalid request: .*top_k.* \(HTTP 400\)"):
         reader.chat([Turn("user", VACATION)], top_k=0)
-    with pytest.raises(ServerError, match="user message last"):
+    with pytest.raises(ServerError, match="last message must have role 'user'"):
         list(reader.chat([Turn("assistant", "hello")], stream=True))
 
 
@@ -186,6 +186,12 @@ def test_the_key_never_shows_in_errors_or_repr(srv):
         client.whoami()
     assert err.value.status == 401 and secret not in str(err.value) and "invalid or revoked" in str(err.value)
     assert "api_key=none" in repr(Client(srv.url))
+    with Client(srv.url, api_key=srv.key["reader"] + "\n") as padded:  # a key read from a file: its newline goes
+        assert padded.whoami()["role"] == "reader"
+    for bad in (secret + "\nX", secret + " x", secret + "é"):
+        with pytest.raises(MicroRAGError) as err:
+            Client(srv.url, api_key=bad)
+        assert secret not in str(err.value) and "printable ASCII" in str(err.value)
 
 
 def test_an_unreachable_server_is_one_clear_line():

@@ -216,7 +216,12 @@ class Client:
         if not base_url.startswith(("http://", "https://")):
             raise MicroRAGError(f"the server URL must start with http:// or https://, got {_display(base_url)!r}")
         self.base_url = base_url.rstrip("/")
+        self.display_url = _display(self.base_url)  # for messages: no user:password@
         self.timeout = timeout
+        api_key = (api_key or "").strip()  # a key read from a file keeps its newline
+        if api_key and not all(33 <= ord(c) <= 126 for c in api_key):
+            # httpx would quote the bad header, key and all, in its error
+            raise MicroRAGError("the API key has spaces or characters outside printable ASCII; copy it again (mrg_...)")
         headers = {"Authorization": f"Bearer {api_key}"} if api_key else {}
         self._http = httpx.Client(base_url=self.base_url, headers=headers, timeout=timeout)
 
@@ -426,6 +431,8 @@ class Client:
             return UnreachableError(f"{where} did not answer within {self.timeout:g} s")
         if isinstance(exc, httpx.ConnectError):
             return UnreachableError(f"cannot reach {where}: {_reason(exc)}")
+        if isinstance(exc, httpx.LocalProtocolError):  # its message may quote a header: never the key
+            return UnreachableError(f"the request to {where} could not be sent (a malformed header or URL)")
         return UnreachableError(f"the connection to {where} failed: {_reason(exc)}")
 
 

@@ -272,11 +272,12 @@ class Engine:
         retrieval = self.retrieve(query, safeguards=True, labels=labels, top_k=top_k, where=where)
         return self.answer(query, retrieval, llm, on_piece=on_piece, verify=verify, spotlight=spotlight)
 
-    def condense(self, turns: Sequence[Turn], llm: LLMConfig | None = None) -> Condensed:
+    def condense(self, turns: Sequence[Turn], llm: LLMConfig | None = None, scope: str = "") -> Condensed:
         """The retrieval query of a conversation's last user message (``Settings.condense``;
-        ``retrieve.conversation``). Raises ``MicroRAGError`` when no user message is there."""
+        ``retrieve.conversation``; ``scope``: whose rewrite cache). Raises ``MicroRAGError``
+        when no user message is there."""
         try:
-            return retrieval_query(turns, self.settings.condense, llm)
+            return retrieval_query(turns, self.settings.condense, llm, scope)
         except ValueError as exc:
             raise MicroRAGError(str(exc)) from None
 

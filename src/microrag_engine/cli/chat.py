@@ -13,6 +13,7 @@ It does not save the conversation or the input history anywhere.
 from __future__ import annotations
 
 import argparse
+import re
 import sys
 from collections.abc import Callable
 from dataclasses import dataclass
@@ -167,8 +168,18 @@ def _dim(text: str) -> str:
     return f"\x1b[2m{text}\x1b[0m" if sys.stdout.isatty() else text
 
 
+# Control characters other than newline and tab: a document (the loaders keep ESC) or a
+# model could otherwise send terminal escape sequences (retitle, rewrite the screen, links).
+_CONTROL = re.compile("[\x00-\x08\x0b-\x1f\x7f-\x9f]")
+
+
+def printable(text: str) -> str:
+    """``text`` without terminal control characters."""
+    return _CONTROL.sub("", text)
+
+
 def _piece(text: str) -> None:
-    print(text, end="", flush=True)
+    print(printable(text), end="", flush=True)
 
 
 class Session:
@@ -193,7 +204,7 @@ class Session:
         if not reply.text.endswith("\n"):
             print()
         if reply.searched:
-            print(_dim(f"  {reply.searched}"))
+            print(_dim(f"  {printable(reply.searched)}"))
         if reply.sources and not is_refusal(reply.text):
             n = len(reply.sources)
             print(_dim(f"  ({n} source{'s' if n != 1 else ''}: /sources; check the answer: /verify)"))
@@ -225,7 +236,7 @@ class Session:
             print("the last answer has no sources" + (" (the documents do not cover it)" if self.last.refused else ""))
         else:
             for i, hit in enumerate(self.last.sources, 1):
-                print(f"{i}. {format_hit(hit)}")
+                print(f"{i}. {printable(format_hit(hit))}")
 
     def _verify(self) -> None:
         last = self.last
@@ -243,7 +254,7 @@ class Session:
             return
         print("\n".join(verification_lines(checked)))
         if str(checked.get("text", last.text)).strip() != last.text.strip():  # a drop/refuse policy, or a new answer
-            print("\nAnswer as verified:\n" + str(checked.get("text")))
+            print("\nAnswer as verified:\n" + printable(str(checked.get("text"))))
 
     def run(self, read: Callable[[str], str]) -> None:
         while True:
@@ -274,7 +285,7 @@ def _backend(args: argparse.Namespace) -> Backend:
             client.close()
             raise
         if not args.quiet:
-            diag(f"chatting with {args.target} as {who.get('name')} ({who.get('role')}); /help lists the commands, Ctrl-D quits")
+            diag(f"chatting with {client.display_url} as {who.get('name')} ({who.get('role')}); /help lists the commands, Ctrl-D quits")
         return RemoteChat(client, {"top_k": args.top_k, "where": where or None, "exclude": exclude or None})
     where_filter = filter_of(args)
     engine = engine_for(args)

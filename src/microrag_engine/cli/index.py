@@ -168,7 +168,7 @@ def _ingest_remote(args: argparse.Namespace, client: Client) -> int:
         raise CorpusError(f"nothing to upload under {', '.join(args.paths)}: no non-empty text files")
     queued = sum(u["status"] == "quarantined" for u in done)
     _print(args, {"uploaded": done, "skipped": skipped},
-           f"{args.target}: uploaded {len(done)} document(s), {len(done) - queued} live, {queued} waiting for an admin's review")
+           f"{client.display_url}: uploaded {len(done)} document(s), {len(done) - queued} live, {queued} waiting for an admin's review")
     return 0
 
 

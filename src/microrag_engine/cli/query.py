@@ -193,7 +193,7 @@ def _ask_remote(args: argparse.Namespace, client: Client) -> int:
     where, exclude = remote_filters(args)
     verify = True if args.verify else None  # without --verify: the server's default
     if not args.quiet:
-        diag(f"asking the server at {args.target}")
+        diag(f"asking the server at {client.display_url}")
     if args.json:
         out = client.query(args.query, top_k=args.top_k, where=where, exclude=exclude, verify=verify)
         json.dump({"answer": out["answer"], "mode": out["mode"], "refused": out["refused"], "reason": out["reason"],

@@ -46,7 +46,8 @@ class Condensed:
         """One line for flags and the audit trail."""
         if self.how == "alone":
             return "conversation: the last message stands alone"
-        return f"conversation: retrieval query ({self.how}) = {json.dumps(self.query, ensure_ascii=False)}"
+        shown = self.query if len(self.query) <= 300 else self.query[:297] + "..."
+        return f"conversation: retrieval query ({self.how}) = {json.dumps(shown, ensure_ascii=False)}"
 
 
 # ---------------------------------------------------------------- lexical cues
@@ -78,6 +79,7 @@ STOP = frozenset("a an the of to in on for with by at from as is are was were be
                  "same such else instead long much many still ok okay please thanks thank happen happens".split())
 MIN_CONTENT_WORDS = 3  # a message with fewer topic words than this cannot be searched for alone
 MAX_CONTEXT_TURNS = 2  # earlier user turns folded in, at most (the topic, not the whole chat)
+MAX_RETRIEVAL_CHARS = 4000  # of a folded query: what POST /query accepts as a question
 
 
 def _words(text: str) -> list[str]:
@@ -135,7 +137,8 @@ def condense(turns: Sequence[Turn]) -> Condensed:
         context.insert(0, earlier)
         if len(context) >= MAX_CONTEXT_TURNS or not depends(earlier):
             break
-    return Condensed(" ".join([*context, last]), last, "history", tuple(context))
+    # Bounded as a /query question is: the end of the joined text, where the follow-up is.
+    return Condensed(" ".join([*context, last])[-MAX_RETRIEVAL_CHARS:], last, "history", tuple(context))
 
 
 # ---------------------------------------------------------------- the LLM rewrite
@@ -192,7 +195,7 @@ def _as_query(reply: str) -> str | None:
     return line if 0 < len(line) <= MAX_QUERY_CHARS else None
 
 
-def retrieval_query(turns: Sequence[Turn], how: str, llm: LLMConfig | None = None) -> Condensed:
+def retrieval_query(turns: Sequence[Turn], how: str, llm: LLMConfig | None = None, scope: str = "") -> Condensed:
     """The retrieval query by ``Settings.condense``: "lexical" (``condense``), "llm" (the
     model's rewrite, ``condense`` without a model), "off" (the last user message alone)."""
     if how not in CONDENSERS:
@@ -202,26 +205,28 @@ def retrieval_query(turns: Sequence[Turn], how: str, llm: LLMConfig | None = Non
         if not said:
             raise ValueError("the conversation has no user message")
         return Condensed(said[-1], said[-1], "alone")
-    return rewrite(turns, llm) if how == "llm" and llm is not None else condense(turns)
+    return rewrite(turns, llm, scope=scope) if how == "llm" and llm is not None else condense(turns)
 
 
-def rewrite(turns: Sequence[Turn], llm: LLMConfig, cache: RewriteCache = CACHE) -> Condensed:
+def rewrite(turns: Sequence[Turn], llm: LLMConfig, cache: RewriteCache = CACHE, scope: str = "") -> Condensed:
     """The retrieval query written by ``llm`` (see the module's notes); ``condense`` when
-    the model fails, or when there is nothing to resolve (the first message)."""
+    the model fails, is cut off, or there is nothing to resolve (the first message).
+    ``scope`` (the caller) keys the cache: a cache hit answers faster, and must not tell
+    one caller what another one asked."""
     fallback = condense(turns)
     if len(user_turns(turns)) == 1:
         return fallback
     messages = _rewrite_messages(turns)
-    key = hashlib.sha256(json.dumps([llm.base_url, llm.model, messages]).encode()).hexdigest()
+    key = hashlib.sha256(json.dumps([scope, llm.base_url, llm.model, messages]).encode()).hexdigest()
     query = cache.get(key)
     if query is None:
         bounded = replace(llm, max_tokens=REWRITE_TOKENS, temperature=0.0, timeout=min(llm.timeout, REWRITE_SECONDS),
                           max_retries=0)
         try:
-            reply, _ = chat(bounded, messages)
+            reply, truncated = chat(bounded, messages)
         except LLMError:
             return fallback
-        found = _as_query(reply)
+        found = None if truncated else _as_query(reply)
         if found is None:
             return fallback
         query = found

@@ -33,8 +33,11 @@ __all__ = ["ServerConfig", "create_app", "mcp_sdk"]
 
 def mcp_sdk() -> bool:
     """Whether the ``mcp`` extra is there as ``mcp.py`` needs it: the official SDK, 2.x (``MCPServer``).
-    Looked up, not imported: the server runs without it, and without /mcp."""
-    return importlib.util.find_spec("mcp") is not None and importlib.util.find_spec("mcp.server.mcpserver") is not None
+    The server runs without it, and without /mcp."""
+    try:  # find_spec of a submodule imports its parents: a broken install must not stop `serve`
+        return importlib.util.find_spec("mcp") is not None and importlib.util.find_spec("mcp.server.mcpserver") is not None
+    except Exception:
+        return False
 
 
 def _host_name(header: str) -> str:
@@ -85,7 +88,7 @@ class BodyLimit:
 
 # OpenAI's error types by status, for the /v1 routes (their clients read error.type and error.code).
 _OPENAI_TYPES = {400: "invalid_request_error", 401: "authentication_error", 403: "permission_error",
-                 404: "invalid_request_error", 413: "invalid_request_error", 422: "invalid_request_error",
+                 404: "invalid_request_error", 405: "invalid_request_error", 413: "invalid_request_error", 422: "invalid_request_error",
                  429: "rate_limit_error"}
 
 

@@ -79,12 +79,21 @@ class Asking:
                 raise HTTPException(400, "blocked by the blocklist")
         flags: list[str] = []
         if on.structural_guards and cfg.input_guard != "off":
-            # Every user message: an injection planted in an earlier turn reaches the model too.
-            for i, text in enumerate(said):
-                verdict = guard.injection_check(text)
-                where_said = "" if i == len(said) - 1 else f" (message {i + 1} of {len(said)})"
+            # Every message the model will read, the caller's "assistant" turns included: an
+            # injection planted in an earlier turn reaches the model as surely as the last one.
+            for i, turn in enumerate(turns):
+                if turn.role not in ("user", "assistant"):
+                    continue
+                verdict = guard.injection_check(turn.content)
+                where_said = "" if i == len(turns) - 1 else f" ({turn.role} message {i + 1} of {len(turns)})"
                 flags += [f"input: {r}{where_said}" for r in verdict.reasons] if verdict.suspicious else []
         asked = "\n".join(said[-3:]) if len(said) > 1 else question  # what the audit row shows
+        if len(turns) > 1:
+            # The row shows the last user turns; the whole conversation the model read is
+            # fingerprinted, so an investigator holding a client's transcript can match it.
+            whole = "\n".join(f"{t.role}: {t.content}" for t in turns)
+            flags.append(f"conversation: {len(turns)} messages ({len(said)} user), "
+                         f"hmac-sha256:{cfg.state.fingerprint(whole)}")
         safe_query, secrets = guard.redact(asked)
         safe_query = guard.canonical(safe_query)  # the audit reads what the checks read (no invisible characters)
         # What was sent, for investigators (an obfuscated attack reads differently once
@@ -98,7 +107,7 @@ class Asking:
         eng = self.ctx.engine
         if eng is None:
             raise MicroRAGError("the index is empty; ingest documents first")
-        condensed = eng.condense(list(turns), cfg.llm)
+        condensed = eng.condense(list(turns), cfg.llm, scope=who.name)
         if condensed.how != "alone":
             # The rewritten query is what was searched for: the caller and the audit see it,
             # through the output guard (a model's rewrite is model output).
@@ -136,21 +145,25 @@ class Asking:
 
     def answer(self, turned: Turned, action: str = "query", settle: bool = True) -> tuple[Answer, dict | None]:
         """The engine's answer, then what the server adds: the output guard on every channel.
-        Settles the audit row: on an error always; on success unless ``settle=False`` (a
-        stream settles with :meth:`done` once the last piece has left, as version one did, so
-        the lab baseline's audit-after-answer stays evadable by hanging up)."""
+        Settles the audit row: on an error always; on success now when the row was written
+        first (hardened), else unless ``settle=False``: the lab baseline's stream settles with
+        :meth:`done` once the last piece has left, as version one did, so its audit-after-answer
+        stays evadable by hanging up (red team #5)."""
         try:
             ans, checked = self._answer(turned)
         except Exception as exc:  # the row says so; the error itself goes on to its handler
             detail = exc.detail if isinstance(exc, HTTPException) else type(exc).__name__
             self.settle(turned, "error", turned.flags + [f"answer: {detail}"], action)
             raise
-        if settle:
+        if settle or turned.row is not None:  # a row written first is settled now: a hang-up loses nothing
             self.done(turned, ans, action)
         return ans, checked
 
     def done(self, turned: Turned, ans: Answer, action: str = "query") -> None:
-        """Settle the audit row of an answer that was given."""
+        """Settle the audit row of an answer that was given (once)."""
+        if turned.settled:
+            return
+        turned.settled.append("done")
         self.settle(turned, "refused" if turned.retrieval.refused else "answered", turned.flags + ans.flags, action)
 
     def _answer(self, turned: Turned) -> tuple[Answer, dict | None]:

@@ -16,8 +16,9 @@ clearance, guards, audit and verification as ``/query``: the policy steps are
   server's model settings apply). Streaming sends ``chat.completion.chunk`` events and
   ``data: [DONE]``; as on ``/query``, the answer is streamed once it has passed the output
   guard whole (a secret split across pieces could not be caught piece by piece).
-* Embeddings: the index's own embedder, ``input`` a string or a list of strings,
-  ``encoding_format`` float or base64 (the ``openai`` SDK asks for base64).
+* Embeddings: the index's own embedder, ``input`` a string or a list of strings (at most
+  64, 100,000 characters; a key is required and each 16 inputs spend one request of its
+  rate limit), ``encoding_format`` float or base64 (the ``openai`` SDK asks for base64).
 * Errors: OpenAI's shape, ``{"error": {"message", "type", "param", "code"}}`` (app.py).
 """
 
@@ -39,7 +40,7 @@ from pydantic import BaseModel, ConfigDict, Field, StringConstraints
 from ...augment import citation_of
 from ...store.base import DocFilter
 from ...types import Turn
-from ..asking import Asking, Turned
+from ..asking import Asking, Turned, guarded
 from ..auth import Principal
 from ..context import ServerContext
 from .query import FilterField, FilterGlob
@@ -48,7 +49,9 @@ log = logging.getLogger("microrag")
 
 MODEL = "microrag"
 MAX_MESSAGES = 100
-MAX_EMBED_INPUTS = 256
+MAX_EMBED_INPUTS = 64
+MAX_EMBED_CHARS = 100_000
+EMBED_PER_TOKEN = 16  # inputs one request of the rate limit pays for
 
 
 class Part(BaseModel):
@@ -153,7 +156,10 @@ def router(ctx: ServerContext) -> APIRouter:
         scope = model_filter(body.model, who)
         ext = body.microrag
         where = DocFilter(tuple(ext.where.items()) + (scope.where if scope else ()), tuple(ext.exclude.items()))
+        if body.messages[-1].role != "user":  # OpenAI's clients end a turn with the user's message
+            raise HTTPException(400, "messages: the last message must have role 'user'")
         role = {"developer": "system"}
+        # Tool results belong to the client's own tools: nothing of ours called them.
         turns = [Turn(role.get(m.role, m.role), m.text()) for m in body.messages if m.role not in ("tool", "function")]
         turned = asking.start(who, turns, top_k=ext.top_k, where=where or None, verify=ext.verify, action="chat")
         ident, created = "chatcmpl-" + secrets.token_hex(12), int(time.time())
@@ -171,7 +177,7 @@ def router(ctx: ServerContext) -> APIRouter:
     def _extension(turned: Turned, mode: str, flags: list[str], checked: dict | None) -> dict[str, Any]:
         r = turned.retrieval
         return {"sources": turned.sources, "verification": checked, "refused": r.refused, "reason": r.reason,
-                "mode": mode, "flags": turned.flags + flags, "retrieval_query": turned.condensed.query,
+                "mode": mode, "flags": turned.flags + flags, "retrieval_query": guarded(turned.condensed.query),
                 "condensed": turned.condensed.how}
 
     def _stream(turned: Turned, head: dict, cite: bool, usage: bool):
@@ -202,13 +208,21 @@ def router(ctx: ServerContext) -> APIRouter:
         yield "data: [DONE]\n\n"
 
     @router.post("/embeddings")
-    def embeddings(body: EmbeddingsIn, who: Principal = Depends(ctx.principal)):
+    def embeddings(body: EmbeddingsIn, who: Principal = Depends(ctx.need("reader"))):
+        # A key is required and every EMBED_PER_TOKEN inputs spend one more request of its rate
+        # limit: one request embeds many texts, and the model's CPU is shared by every caller.
         eng = ctx.engine
         if eng is None:
             raise HTTPException(400, "the index is empty; ingest documents first (the embedder is the index's)")
+        if body.model not in (MODEL, eng.settings.embedder) and not body.model.startswith(MODEL + "/"):
+            raise HTTPException(404, f"the model {body.model!r} does not exist; embeddings come from 'microrag' "
+                                     f"(the index's {eng.settings.embedder} embedder)")
         texts = [body.input] if isinstance(body.input, str) else body.input
-        if not texts or len(texts) > MAX_EMBED_INPUTS:
-            raise HTTPException(400, f"input: send 1 to {MAX_EMBED_INPUTS} strings")
+        if not texts or len(texts) > MAX_EMBED_INPUTS or sum(map(len, texts)) > MAX_EMBED_CHARS:
+            raise HTTPException(400, f"input: send 1 to {MAX_EMBED_INPUTS} strings, {MAX_EMBED_CHARS} characters in all")
+        for _ in range((len(texts) - 1) // EMBED_PER_TOKEN):
+            if not ctx.limiter.allow(who.name):
+                raise HTTPException(429, "rate limit exceeded; slow down (each 16 inputs count as one request)")
         embedder = eng.index.embedder
         if body.dimensions is not None and body.dimensions != embedder.dim:
             raise HTTPException(400, f"dimensions: this index's embedder gives {embedder.dim}, not {body.dimensions}")
