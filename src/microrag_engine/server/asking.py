@@ -134,6 +134,12 @@ class Asking:
             turned.row = cfg.state.audit(who.name, action, safe_query, hits, "retrieved", flags, raw)
         return turned
 
+    def search(self, who: Principal, query: str, *, top_k: int | None = None, where: DocFilter | None = None) -> Turned:
+        """Retrieval only (``/search``, MCP ``search``): :meth:`start`, settled as retrieved or refused."""
+        turned = self.start(who, [Turn("user", query)], top_k=top_k, where=where, verify=False, action="search")
+        self.settle(turned, "refused" if turned.retrieval.refused else "retrieved", turned.flags, action="search")
+        return turned
+
     def settle(self, turned: Turned, decision: str, flags: list[str], action: str = "query") -> None:
         """The outcome in the audit row (written now when the row was not written first)."""
         state = self.ctx.cfg.state

@@ -35,6 +35,11 @@ class Principal:
     def at_least(self, role: str) -> bool:
         return ROLES.index(self.role) >= ROLES.index(role)
 
+    def may_read(self, label: str) -> bool:
+        """What retrieval filters by (``Engine.mask``): a label of this clearance, never a reserved
+        one (``_quarantine``). Every door that names or counts documents asks this."""
+        return not label.startswith("_") and label in self.clearance
+
 
 ANONYMOUS = Principal("anonymous", "reader", frozenset({"public"}))
 

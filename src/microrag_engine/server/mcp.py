@@ -175,11 +175,6 @@ def _cited(sources: Sequence[dict[str, Any]]) -> list[Source]:
     return [Source(**{**s, "citation": f"[source: {citation_of(s['doc'], s['chunk'], s['page'])}]"}) for s in sources]
 
 
-def _readable(label: str, who: Principal) -> bool:
-    """What retrieval filters by (``Engine.mask``): a label of the caller's clearance, never a reserved one."""
-    return not label.startswith("_") and label in who.clearance
-
-
 def _chunks_of(engine: Engine, doc: str) -> list[Chunk]:
     if engine.store is not None:
         # Retrieval runs in the database (Postgres): this process holds no chunks to look in.
@@ -240,10 +235,8 @@ def build(ctx: ServerContext, caller: Caller) -> MCPServer:
         with _refusals():
             who = whom(mctx)
             body = SearchIn(query=query, top_k=top_k, where=where or {}, exclude=exclude or {})
-            turned = asking.start(who, [Turn("user", body.query)], top_k=body.top_k, where=body.filter(), verify=False,
-                                  action="search")
+            turned = asking.search(who, body.query, top_k=body.top_k, where=body.filter())
             r = turned.retrieval
-            asking.settle(turned, "refused" if r.refused else "retrieved", turned.flags, action="search")
         return Found(hits=_cited(turned.sources), refused=r.refused, reason=r.reason, capped=r.capped, flags=turned.flags)
 
     @server.tool(annotations=READ_ONLY, structured_output=True)
@@ -280,7 +273,7 @@ def build(ctx: ServerContext, caller: Caller) -> MCPServer:
             if sep and k.isascii() and k.isdigit():
                 doc, number = name, int(k)
         rec = records.get(doc)
-        chunks = _chunks_of(eng, doc) if eng is not None and rec is not None and _readable(rec.label, who) else []
+        chunks = _chunks_of(eng, doc) if eng is not None and rec is not None and who.may_read(rec.label) else []
         if number is not None:
             chunks = [c for c in chunks if c.index == number]
         # The audit reads the id as the checks read text; one holding a secret is kept as a keyed hash.
@@ -306,7 +299,7 @@ def build(ctx: ServerContext, caller: Caller) -> MCPServer:
         with _refusals():
             who = whom(mctx)
         eng = ctx.engine
-        visible = [r for r in (eng.records.values() if eng is not None else ()) if _readable(r.label, who)]
+        visible = [r for r in (eng.records.values() if eng is not None else ()) if who.may_read(r.label)]
         counts: dict[str, tuple[int, int]] = {}
         for r in visible:
             docs, chunks = counts.get(r.collection, (0, 0))

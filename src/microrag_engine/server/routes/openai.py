@@ -133,8 +133,7 @@ def router(ctx: ServerContext) -> APIRouter:
         eng = ctx.engine
         if eng is None:
             return []
-        return sorted({r.collection for r in eng.records.values()
-                       if r.collection and not r.label.startswith("_") and r.label in who.clearance})
+        return sorted({r.collection for r in eng.records.values() if r.collection and who.may_read(r.label)})
 
     def model_filter(model: str, who: Principal) -> DocFilter | None:
         """The documents a model id stands for; an unknown id is a 404 (as OpenAI's)."""

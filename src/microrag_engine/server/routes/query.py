@@ -55,10 +55,8 @@ def router(ctx: ServerContext) -> APIRouter:
     def search(body: SearchIn, who: Principal = Depends(ctx.principal)):
         """Retrieval only (no answer): the ranked chunks the caller may read, through the same
         guards and audit as /query. For tools that bring their own model (MCP, adapters)."""
-        turned = asking.start(who, [Turn("user", body.query)], top_k=body.top_k, where=body.filter(), verify=False,
-                              action="search")
+        turned = asking.search(who, body.query, top_k=body.top_k, where=body.filter())
         r = turned.retrieval
-        asking.settle(turned, "refused" if r.refused else "retrieved", turned.flags, action="search")
         return {"hits": turned.sources, "refused": r.refused, "reason": r.reason, "capped": r.capped, "flags": turned.flags}
 
     @router.post("/query")
