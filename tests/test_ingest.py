@@ -182,3 +182,84 @@ def test_filters_are_parsed_strictly_and_fields_ignore_case(store, tmp_path):
     engine = Engine.from_store(store, SEED)
     hits = engine.retrieve("token", where=DocFilter.parse(["PATH=guide/cors.md"]), top_k=10).hits
     assert {h.chunk.doc for h in hits} == {"docs/guide/cors.md"}
+
+
+# ---------------------------------------------------------------- the streaming pipeline
+
+def _docs(n: int) -> list:
+    from microrag_engine.types import Document
+
+    return [Document(f"d{i:03}.md", body(f"topic number {i} and its details")) for i in range(n)]
+
+
+class _Counting(SQLiteStore):
+    """A store that counts transactions."""
+
+    applied = 0
+
+    def apply(self, updates, deletes, meta):
+        type(self).applied += 1
+        return super().apply(updates, deletes, meta)
+
+
+def test_a_large_ingest_commits_in_batches_and_a_rerun_finishes_an_interrupted_one(tmp_path, monkeypatch):
+    from microrag_engine import ingest
+    from microrag_engine.ingest import stream_documents
+
+    monkeypatch.setattr(ingest, "EMBED_CHUNKS", 8)
+
+    docs = _docs(60)
+    whole = SQLiteStore(tmp_path / "whole")
+    stream_documents(whole, ((d, "") for d in docs), SEED)  # small: one transaction
+    broken = _Counting(tmp_path / "broken")
+
+    def dies_after(n):
+        for i, d in enumerate(docs):
+            if i == n:
+                raise OSError("disk went away")
+            yield d, ""
+
+    with pytest.raises(OSError):
+        stream_documents(broken, dies_after(45), SEED, commit_chunks=20)
+    assert _Counting.applied >= 2  # it did write in several transactions before dying
+    assert broken.check() == []  # what landed is whole documents, nothing half-written
+    landed = set(broken.documents())
+    assert 0 < len(landed) <= 45
+    again = stream_documents(broken, ((d, "") for d in docs), SEED, commit_chunks=20)
+    assert sorted(again.unchanged) == sorted(landed) and len(again.added) == 60 - len(landed)
+    a, b = whole.snapshot(), broken.snapshot()
+    assert [c.id for c in a.chunks] == [c.id for c in b.chunks] and [c.text for c in a.chunks] == [c.text for c in b.chunks]
+    assert abs(a.vectors - b.vectors).max() < 1e-6
+
+
+def test_the_loader_runs_a_bounded_distance_ahead_of_the_writer(tmp_path, monkeypatch):
+    from microrag_engine import ingest
+
+    monkeypatch.setattr(ingest, "QUEUE_DEPTH", 4)
+    monkeypatch.setattr(ingest, "EMBED_CHUNKS", 3)
+    pulled, lead = [0], []
+
+    class Watching(SQLiteStore):
+        def apply(self, updates, deletes, meta):
+            lead.append(pulled[0] - len(self.documents()) - len(updates))
+            return super().apply(updates, deletes, meta)
+
+    def stream():
+        for d in _docs(80):
+            pulled[0] += 1
+            yield d, ""
+
+    store = Watching(tmp_path / "ix")
+    report = ingest.stream_documents(store, stream(), SEED, commit_chunks=6)
+    assert len(report.added) == 80 and len(lead) > 5
+    # pulled but not yet written: the queue, one embed batch, one commit batch and the item in hand
+    assert max(lead) <= 4 + 3 + 6 + 2, lead
+
+
+def test_a_loader_error_surfaces_in_the_caller_with_its_message(store):
+    from microrag_engine.ingest import stream_documents
+
+    docs = _docs(3)
+    with pytest.raises(CorpusError, match="two inputs both map"):
+        stream_documents(store, ((d, "") for d in [*docs, docs[0]]), SEED)
+    assert store.documents() == {}  # a small ingest is one transaction: nothing landed

@@ -5,18 +5,24 @@ Out: an ``IngestReport`` (added / changed / unchanged / removed documents).
 
 Unchanged documents (same text hash and label) are skipped; changed ones are
 re-chunked and re-embedded; with ``prune`` documents whose files are gone are
-removed. All chunking and embedding happen *before* the single write
-transaction, so a crash at any point leaves the previous ingest intact. The
-settings that shape stored data (chunker, sizes, embedder, dim) are recorded at
-the first ingest and enforced afterwards.
+removed. Documents stream: loading, embedding and writing overlap, and memory
+stays bounded whatever the corpus size. Every document lands whole: an ingest of
+up to ``COMMIT_CHUNKS`` chunks is one transaction (a crash leaves the previous
+state intact); a larger one commits in transactions of that size, and running it
+again after a crash skips what landed and finishes the rest. The settings that
+shape stored data (chunker, sizes, embedder, dim) are recorded at the first
+ingest and enforced afterwards.
 """
 
 from __future__ import annotations
 
 import getpass
 import hashlib
+import queue
+import threading
 from collections import Counter
-from collections.abc import Callable, Iterable
+from collections.abc import Callable, Iterable, Iterator
+from concurrent.futures import Future, ThreadPoolExecutor, wait
 from dataclasses import dataclass, field, replace
 from datetime import UTC, datetime
 from pathlib import Path
@@ -27,10 +33,10 @@ from . import guard, rx
 from .chunk import chunk_documents, page_starts
 from .config import Settings
 from .errors import ConfigError, CorpusError
-from .index.embed import make_embedder
-from .load import SUPPORTED, load_documents
+from .index.embed import Embedder, make_embedder
+from .load import SUPPORTED, iter_files, iter_loaded
 from .store.base import BOUND_SETTINGS, DocRecord, DocUpdate, Store
-from .types import Document
+from .types import Chunk, Document
 
 
 @dataclass
@@ -161,6 +167,111 @@ def _doc_label(doc: Document, label: str | None) -> str:
     return label or dict(doc.meta).get("label") or dict(doc.meta).get("sensitivity") or "public"
 
 
+# A corpus streams through three stages that overlap: a thread loads, guards and chunks
+# documents; the caller's thread embeds them in batches that cross document boundaries
+# (short documents then batch as well as long ones); a second thread writes. Queues
+# between them are bounded, so memory stays flat however large the corpus is.
+EMBED_CHUNKS = 256  # chunks embedded together; the embedder still sorts them by length
+COMMIT_CHUNKS = 4096  # chunks per write transaction; a smaller ingest lands in one transaction
+QUEUE_DEPTH = 2 * EMBED_CHUNKS  # prepared documents waiting to be embedded, at most
+
+
+@dataclass
+class Prepared:
+    """A changed document ready to embed: its record, chunks and what DLP found in it."""
+
+    record: DocRecord
+    chunks: list[Chunk]
+    findings: dict[str, int]
+    replaces: bool  # an older version is stored
+
+
+@dataclass(frozen=True)
+class Plan:
+    """What every document of one ingest shares: who writes, under which policy, against what."""
+
+    settings: Settings
+    existing: dict[str, DocRecord]
+    label: str | None = None
+    principal: str = "operator"
+    now: str = ""
+    roots: dict[str, str] = field(default_factory=dict)  # store meta being written (collection roots)
+    visible: bool = True
+
+    def prepare(self, doc: Document, origin: str, count_tokens: Callable[[str], int]) -> Prepared | None:
+        """``doc`` guarded and chunked, or ``None`` when the stored version is the same."""
+        settings = self.settings
+        # The DLP mode is part of the hash: switching it re-processes every document.
+        # So is the stored form's version: documents stored before it re-process once.
+        text_hash = sha256(doc.text + "\x00" + "\x00".join(c.text for c in doc.prechunked) + "\x00" + settings.dlp
+                           + "\x00" + STORE_FORM)
+        doc_label = _doc_label(doc, self.label)
+        old = self.existing.get(doc.path)
+        if old and old.content_hash == text_hash and old.label == doc_label:
+            return None
+        doc, restrict, found = guarded(doc, settings, self.visible)
+        if restrict and self.label is None:
+            doc_label = "restricted"
+        chunks = chunk_documents([doc], settings.chunker, settings.size, settings.overlap, settings.max_tokens, count_tokens)
+        record = DocRecord(doc.path, text_hash, doc_label, self.principal, origin, self.now, len(chunks),
+                           collection_of(doc.path, self.roots), _filterable(doc.meta))
+        return Prepared(record, chunks, found, old is not None)
+
+
+def embed_prepared(items: list[Prepared], embedder: Embedder) -> list[DocUpdate]:
+    """Embed the chunks of ``items`` in one call and hand each document its vectors."""
+    texts = [c.text for p in items for c in p.chunks]
+    vectors = embedder.embed(texts).astype(np.float32) if texts else np.zeros((0, embedder.dim), np.float32)
+    out, at = [], 0
+    for p in items:
+        n = len(p.chunks)
+        out.append(DocUpdate(p.record, p.chunks, vectors[at:at + n], [sha256(c.text) for c in p.chunks]))
+        at += n
+    return out
+
+
+class Writer:
+    """Writes whole documents in transactions of about ``commit_chunks`` chunks, on its own
+    thread so the next batch embeds meanwhile. Every document lands whole or not at all; an
+    ingest killed midway keeps what it committed, and running it again skips those documents
+    (their hashes match) and finishes the rest. Deletions land with the last transaction."""
+
+    def __init__(self, store: Store, meta: dict[str, str], commit_chunks: int = COMMIT_CHUNKS) -> None:
+        self.store, self.meta, self.commit_chunks = store, meta, commit_chunks
+        self.pending: list[DocUpdate] = []
+        self.generation = 0
+        self._pool = ThreadPoolExecutor(max_workers=1, thread_name_prefix="microrag-write")
+        self._inflight: Future[int] | None = None
+
+    def add(self, updates: Iterable[DocUpdate]) -> None:
+        self.pending.extend(updates)
+        if sum(len(u.chunks) for u in self.pending) >= self.commit_chunks:
+            self._wait()  # one transaction in flight at most: memory stays bounded
+            batch, self.pending = self.pending, []
+            self._inflight = self._pool.submit(self.store.apply, batch, [], self.meta)
+
+    def finish(self, deletes: list[str], force: bool = False) -> int:
+        """Commit what is left with ``deletes``; the store's generation afterwards."""
+        self._wait()
+        self._pool.shutdown()
+        if self.pending or deletes or force:
+            self.generation = self.store.apply(self.pending, deletes, self.meta)
+            self.pending = []
+        return self.generation or self.store.generation()
+
+    def abandon(self) -> None:
+        """After a failure: let a transaction in flight end, drop what was not yet sent."""
+        if self._inflight is not None:
+            wait([self._inflight])
+        self._pool.shutdown()
+        self.pending = []
+
+    def _wait(self) -> None:
+        if self._inflight is not None:
+            self.generation = self._inflight.result()
+            self._inflight = None
+
+
 def ingest_documents(
     store: Store,
     docs: Iterable[Document],
@@ -173,59 +284,129 @@ def ingest_documents(
     visible: bool = True,
     extra_meta: dict[str, str] | None = None,
 ) -> IngestReport:
-    """Write ``docs`` into ``store`` (skipping unchanged ones) plus deletions, atomically.
+    """Write ``docs`` into ``store`` (skipping unchanged ones) plus deletions.
 
     ``visible=False`` stores text as sent, invisible characters and all (only the lab
     baseline server asks for it, to show what ``store_form`` prevents)."""
+    docs = list(docs) if not isinstance(docs, list) else docs
+    pairs = ((d, (origins or {}).get(d.path, "")) for d in docs)
+    return stream_documents(store, pairs, settings, label, principal, lambda: list(prune_missing), progress, visible,
+                            extra_meta, total=len(docs))
+
+
+def stream_documents(
+    store: Store,
+    docs: Iterable[tuple[Document, str]],
+    settings: Settings,
+    label: str | None = None,
+    principal: str | None = None,
+    deletions: Callable[[], list[str]] = list,
+    progress: bool | Callable[[int, int], None] = False,
+    visible: bool = True,
+    extra_meta: dict[str, str] | None = None,
+    total: int = 0,
+    done: Callable[[], int] | None = None,
+    commit_chunks: int = COMMIT_CHUNKS,
+) -> IngestReport:
+    """The ingest pipeline over (document, origin) pairs, consumed once, in order.
+
+    ``deletions`` is called after the last document (it may depend on what was seen) and
+    names documents to remove; ``total``/``done`` drive ``progress`` (default: documents)."""
     settings.validate()
     meta = store.meta()
     check_compatible(meta, settings)
-    existing = store.documents()
     embedder = make_embedder(settings.embedder)
-    principal = principal or f"operator:{_user()}"
-    now = datetime.now(UTC).isoformat(timespec="seconds")
+    plan = Plan(settings, store.documents(), label, principal or f"operator:{_user()}",
+                datetime.now(UTC).isoformat(timespec="seconds"), dict(extra_meta or {}), visible)
     report = IngestReport()
-    updates: list[DocUpdate] = []
-    seen: set[str] = set()
-    docs = list(docs)
+    writer = Writer(store, {**bound_meta(settings, embedder.dim), **(extra_meta or {})}, commit_chunks)
     from tqdm import tqdm  # a bar on stderr, only when asked (the CLI asks on a TTY)
 
-    # True: a bar (a terminal); a callable: told (done, total) after each document (logs, CI)
-    for done, doc in enumerate(tqdm(docs, desc="ingesting", unit="doc", disable=progress is not True, leave=False)):
-        if callable(progress):
-            progress(done, len(docs))
-        if doc.path in seen:
-            raise CorpusError(f"two inputs both map to document {doc.path!r}; ingest them separately or rename one")
-        seen.add(doc.path)
-        # The DLP mode is part of the hash: switching it re-processes every document.
-        # So is the stored form's version: documents stored before it re-process once.
-        text_hash = sha256(doc.text + "\x00" + "\x00".join(c.text for c in doc.prechunked) + "\x00" + settings.dlp
-                           + "\x00" + STORE_FORM)
-        doc_label = _doc_label(doc, label)
-        old = existing.get(doc.path)
-        if old and old.content_hash == text_hash and old.label == doc_label:
-            report.unchanged.append(doc.path)
-            continue
-        doc, restrict, found = guarded(doc, settings, visible)
-        if found:
-            report.findings[doc.path] = found
-        if restrict and label is None:
-            doc_label = "restricted"
-        chunks = chunk_documents([doc], settings.chunker, settings.size, settings.overlap, settings.max_tokens,
-                                 embedder.count_tokens)
-        vectors = embedder.embed([c.text for c in chunks]) if chunks else np.zeros((0, embedder.dim), np.float32)
-        record = DocRecord(doc.path, text_hash, doc_label, principal, (origins or {}).get(doc.path, ""), now, len(chunks),
-                           collection_of(doc.path, extra_meta or {}), _filterable(doc.meta))
-        updates.append(DocUpdate(record, chunks, vectors.astype(np.float32), [sha256(c.text) for c in chunks]))
-        (report.changed if old else report.added).append(doc.path)
-        report.chunks_written += len(chunks)
-    deletes = sorted(d for d in set(prune_missing) if d in existing and d not in seen)
-    report.removed = deletes
-    if updates or deletes or not meta or any(meta.get(k) != v for k, v in (extra_meta or {}).items()):
-        report.generation = store.apply(updates, deletes, {**bound_meta(settings, embedder.dim), **(extra_meta or {})})
-    else:
-        report.generation = store.generation()
+    bar = tqdm(total=total or None, desc="ingesting", unit="doc" if done is None else "file", disable=progress is not True,
+               leave=False)
+    consumed = 0
+    try:
+        batch: list[Prepared] = []
+        for item in _prepared(docs, plan, embedder.count_tokens):
+            consumed += 1
+            ticks = done() if done else consumed
+            bar.update(ticks - bar.n)
+            if callable(progress):
+                progress(ticks, total)
+            if isinstance(item, str):
+                report.unchanged.append(item)
+                continue
+            if item.findings:
+                report.findings[item.record.doc] = item.findings
+            (report.changed if item.replaces else report.added).append(item.record.doc)
+            report.chunks_written += len(item.chunks)
+            batch.append(item)
+            if sum(len(p.chunks) for p in batch) >= EMBED_CHUNKS:
+                writer.add(embed_prepared(batch, embedder))
+                batch = []
+        writer.add(embed_prepared(batch, embedder))
+        report.removed = sorted(d for d in set(deletions()) if d in plan.existing and d not in _seen(report))
+        force = not meta or any(meta.get(k) != v for k, v in (extra_meta or {}).items())
+        report.generation = writer.finish(report.removed, force=force)
+    except BaseException:
+        writer.abandon()
+        raise
+    finally:
+        bar.close()
     return report
+
+
+def _seen(report: IngestReport) -> set[str]:
+    return {*report.added, *report.changed, *report.unchanged}
+
+
+_END = object()
+
+
+def _prepared(docs: Iterable[tuple[Document, str]], plan: Plan,
+              count_tokens: Callable[[str], int]) -> Iterator[Prepared | str]:
+    """``plan.prepare`` over ``docs`` on a loader thread, ahead of the caller by at most
+    ``QUEUE_DEPTH`` documents; an unchanged document comes out as its id. Errors (a clash
+    between two inputs, a parser's) surface in the caller's thread, in order."""
+    out: queue.Queue[object] = queue.Queue(maxsize=QUEUE_DEPTH)
+    stop = threading.Event()
+
+    def put(item: object) -> bool:
+        while not stop.is_set():
+            try:
+                out.put(item, timeout=0.1)
+                return True
+            except queue.Full:
+                continue
+        return False
+
+    def work() -> None:
+        seen: set[str] = set()
+        try:
+            for doc, origin in docs:
+                if doc.path in seen:
+                    raise CorpusError(f"two inputs both map to document {doc.path!r}; ingest them separately or rename one")
+                seen.add(doc.path)
+                ready = plan.prepare(doc, origin, count_tokens)
+                if not put(doc.path if ready is None else ready):
+                    return
+            put(_END)
+        except BaseException as exc:  # handed to the caller, raised there
+            put(exc)
+
+    loader = threading.Thread(target=work, name="microrag-load", daemon=True)
+    loader.start()
+    try:
+        while True:
+            item = out.get()
+            if item is _END:
+                return
+            if isinstance(item, BaseException):
+                raise item
+            yield item  # type: ignore[misc]
+    finally:
+        stop.set()
+        loader.join()
 
 
 @dataclass(frozen=True)
@@ -293,41 +474,60 @@ def ingest_paths(
     check_compatible(store.meta(), settings)  # before any file is parsed: a wrong preset fails fast
     existing = store.documents()
     known = collections(store.meta())
-    docs: list[Document] = []
-    origins: dict[str, str] = {}
     sources: list[Source] = []
     for given in paths:
         if not Path(given).exists():
             raise CorpusError(f"corpus path {str(given)!r} does not exist; pass a folder or a file")
-        source = resolve_source(Path(given), collection, known, existing)
-        sources.append(source)
-        for d in load_documents([source.path], settings.markup):
-            doc_id = source.doc_id(d)
-            origin = _origin(source.path, dict(d.meta).get("from_file", d.path))
-            owner = existing.get(doc_id)
-            if owner is not None and owner.collection != source.collection:
-                raise CorpusError(f"{doc_id!r} is already indexed from another source ({owner.collection or 'no collection'}); "
-                                  "ingest this path under another name with --collection NAME")
-            if dict(d.meta).get("from_file") and owner is not None and owner.origin and owner.origin != origin:
-                raise CorpusError(f"{dict(d.meta)['from_file']}: a record claims document {doc_id!r}, which comes from "
-                                  f"{Path(owner.origin).name}; records may only name documents of their own file "
-                                  "(rename the record's \"doc\")")
-            docs.append(_renamed(d, doc_id))
-            origins[doc_id] = origin
-    if not docs:
-        raise CorpusError(f"no readable documents under {', '.join(map(str, paths))}; supported: "
-                          + " ".join(sorted(SUPPORTED)))
-    # Gone = from one of these folders but not among what loads now (deleted, emptied, or no
-    # longer readable - the loader warned about those). Single files say nothing of their folder.
-    loaded = {d.path for d in docs}
-    folders = [s for s in sources if s.path.is_dir()]
-    gone = sorted(r.doc for r in existing.values() if r.doc not in loaded and r.origin and any(
-        r.collection == s.collection and _under(r.origin, str(s.path)) for s in folders))
+        sources.append(resolve_source(Path(given), collection, known, existing))
+    files = [(s, f) for s in sources for f in iter_files(s.path)]  # names only: the texts stream
+    files_done = [0]
+    loaded: set[str] = set()
+
+    def documents() -> Iterator[tuple[Document, str]]:
+        for source, (path, rel) in files:
+            for d in iter_loaded([(path, rel)], settings.markup):
+                doc, origin = source_document(source, d, existing)
+                loaded.add(doc.path)
+                yield doc, origin
+            files_done[0] += 1
+
+    def gone() -> list[str]:
+        # Gone = from one of these folders but not among what loads now (deleted, emptied, or no
+        # longer readable - the loader warned about those). Single files say nothing of their folder.
+        if not loaded:
+            raise CorpusError(f"no readable documents under {', '.join(map(str, paths))}; supported: "
+                              + " ".join(sorted(SUPPORTED)))
+        folders = [s for s in sources if s.path.is_dir()]
+        return sorted(r.doc for r in existing.values() if r.doc not in loaded and r.origin and any(
+            r.collection == s.collection and _under(r.origin, str(s.path)) for s in folders))
+
     roots = {f"{COLLECTION_KEY}{s.collection}": str(s.root) for s in sources if s.collection}
-    report = ingest_documents(store, docs, settings, label, principal, origins, gone if prune else (), progress=progress,
-                              extra_meta=roots)
-    report.gone = [] if prune else gone
+    missing: list[str] = []
+
+    def deletions() -> list[str]:
+        missing.extend(gone())
+        return missing if prune else []
+
+    report = stream_documents(store, documents(), settings, label, principal, deletions, progress, extra_meta=roots,
+                              total=len(files), done=lambda: files_done[0])
+    report.gone = [] if prune else missing
     return report
+
+
+def source_document(source: Source, doc: Document, existing: dict[str, DocRecord]) -> tuple[Document, str]:
+    """``doc`` as loaded from ``source``, under its id, with its origin; refuses a document
+    that would overwrite one from another source."""
+    doc_id = source.doc_id(doc)
+    origin = _origin(source.path, dict(doc.meta).get("from_file", doc.path))
+    owner = existing.get(doc_id)
+    if owner is not None and owner.collection != source.collection:
+        raise CorpusError(f"{doc_id!r} is already indexed from another source ({owner.collection or 'no collection'}); "
+                          "ingest this path under another name with --collection NAME")
+    if dict(doc.meta).get("from_file") and owner is not None and owner.origin and owner.origin != origin:
+        raise CorpusError(f"{dict(doc.meta)['from_file']}: a record claims document {doc_id!r}, which comes from "
+                          f"{Path(owner.origin).name}; records may only name documents of their own file "
+                          "(rename the record's \"doc\")")
+    return _renamed(doc, doc_id), origin
 
 
 def _renamed(doc: Document, doc_id: str) -> Document:

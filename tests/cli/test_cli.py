@@ -130,7 +130,7 @@ def test_ingest_without_a_terminal_reports_progress_in_lines(capsys, monkeypatch
 
     tell = index.every(0.0)  # every call is "due"
     tell(3, 12)
-    assert capsys.readouterr().err == "microrag: ingesting: 3/12 documents (25%)\n"
+    assert capsys.readouterr().err == "microrag: ingesting: 3/12 files (25%)\n"
     quiet = index.every(3600.0)
     quiet(1, 2)
     assert capsys.readouterr().err == ""  # not yet due: nothing

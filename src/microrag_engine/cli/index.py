@@ -112,7 +112,7 @@ def every(seconds: float) -> Callable[[int, int], None]:
     def tell(done: int, total: int) -> None:
         if time.monotonic() - last[0] >= seconds:
             last[0] = time.monotonic()
-            diag(f"ingesting: {done}/{total} documents ({100 * done // max(total, 1)}%)")
+            diag(f"ingesting: {done}/{total} files ({100 * done // max(total, 1)}%)")
     return tell
 
 

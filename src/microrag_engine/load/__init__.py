@@ -37,7 +37,7 @@ from .pdf import MAX_PDF_PAGE_BYTES, MAX_PDF_PAGE_CHARS, read_pdf
 from .rst import rst_text
 
 __all__ = ["SUPPORTED", "TEXT_SUFFIXES", "HTML_SUFFIXES", "MAX_PDF_PAGE_BYTES", "MAX_PDF_PAGE_CHARS", "MAX_STYLE_WORK",
-           "MissingExtraError", "decode_bytes", "html_text", "iter_files", "jsonl_documents", "jsonl_records",
+           "MissingExtraError", "decode_bytes", "html_text", "iter_files", "iter_loaded", "jsonl_documents", "jsonl_records",
            "load_documents", "load_file", "markdown_text", "parse_upload", "split_front_matter"]
 
 log = logging.getLogger("microrag")
@@ -117,44 +117,47 @@ def iter_files(root: Path) -> Iterator[tuple[Path, str]]:
 
 
 def load_documents(paths: Iterable[str | Path], markup: str = "clean") -> list[Document]:
-    """All readable documents under ``paths`` (``markup`` as in ``load_file``). A file
-    that cannot be read: one warning each, with the reason. Unsupported files, and files
-    whose extra is missing: one warning per extension."""
-    docs: list[Document] = []
+    """All readable documents under ``paths`` (``markup`` as in ``load_file``); see ``iter_loaded``."""
+    roots = [Path(p) for p in paths]
+    for root in roots:
+        if not root.exists():
+            raise CorpusError(f"corpus path {str(root)!r} does not exist; pass a folder or a .jsonl file")
+    return list(iter_loaded((f for root in roots for f in iter_files(root)), markup))
+
+
+def iter_loaded(files: Iterable[tuple[Path, str]], markup: str = "clean") -> Iterator[Document]:
+    """The readable documents of ``files`` ((file, doc path) pairs), one file at a time, so a
+    corpus of any size streams. A file that cannot be read: one warning each, with the reason.
+    Unsupported files, and files whose extra is missing: one warning per extension, at the end."""
     unsupported: dict[str, list[str]] = defaultdict(list)  # suffix -> doc paths
     missing: dict[tuple[str, str], int] = defaultdict(int)  # (suffix, extra) -> files
-    for p in paths:
-        root = Path(p)
-        if not root.exists():
-            raise CorpusError(f"corpus path {str(p)!r} does not exist; pass a folder or a .jsonl file")
-        for path, rel in iter_files(root):
-            suffix = path.suffix.lower()
-            if suffix not in SUPPORTED:
-                unsupported[suffix].append(rel)
-                continue
-            try:
-                loaded = load_file(path, rel, markup)
-            except MissingExtraError as exc:
-                missing[(suffix, exc.extra)] += 1
-                continue
-            except (OSError, ValueError) as exc:
-                log.warning("skipping %s: %s", rel, _one_line(str(exc)))
-                continue
-            except Exception as exc:  # a broken PDF, office file or e-book can raise anything from its parser
-                log.warning("skipping %s: cannot parse (%s: %s)", rel, type(exc).__name__, _one_line(str(exc)))
-                continue
-            for d in loaded:
-                if d.text.strip() or d.prechunked:
-                    docs.append(d)
-                else:
-                    log.warning("skipping %s: no text in it", d.path)
+    for path, rel in files:
+        suffix = path.suffix.lower()
+        if suffix not in SUPPORTED:
+            unsupported[suffix].append(rel)
+            continue
+        try:
+            loaded = load_file(path, rel, markup)
+        except MissingExtraError as exc:
+            missing[(suffix, exc.extra)] += 1
+            continue
+        except (OSError, ValueError) as exc:
+            log.warning("skipping %s: %s", rel, _one_line(str(exc)))
+            continue
+        except Exception as exc:  # a broken PDF, office file or e-book can raise anything from its parser
+            log.warning("skipping %s: cannot parse (%s: %s)", rel, type(exc).__name__, _one_line(str(exc)))
+            continue
+        for d in loaded:
+            if d.text.strip() or d.prechunked:
+                yield d
+            else:
+                log.warning("skipping %s: no text in it", d.path)
     for (suffix, extra), n in sorted(missing.items()):
         log.warning("skipping %d %s file(s): install microrag-engine[%s] to read them", n, suffix, extra)
     for suffix, rels in sorted(unsupported.items()):
         kind = f"{suffix} file(s)" if suffix else "file(s) without an extension"
         examples = ", ".join(rels[:3]) + (", ..." if len(rels) > 3 else "")
         log.warning("skipped %d %s: unsupported type (supported: %s): %s", len(rels), kind, " ".join(sorted(SUPPORTED)), examples)
-    return docs
 
 
 def _one_line(text: str, limit: int = 300) -> str:
