@@ -22,13 +22,14 @@ from collections.abc import Iterator, Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 from types import TracebackType
-from typing import Any, Literal, TypedDict, overload
+from typing import TYPE_CHECKING, Any, Literal, TypedDict, overload
 from urllib.parse import quote, urlsplit, urlunsplit
-
-import httpx
 
 from .errors import MicroRAGError
 from .types import Chunk, Hit, Turn
+
+if TYPE_CHECKING:  # httpx loads with the first Client: the CLI's local commands never need it
+    import httpx
 
 # ---------------------------------------------------------------- errors
 
@@ -223,6 +224,8 @@ class Client:
             # httpx would quote the bad header, key and all, in its error
             raise MicroRAGError("the API key has spaces or characters outside printable ASCII; copy it again (mrg_...)")
         headers = {"Authorization": f"Bearer {api_key}"} if api_key else {}
+        import httpx
+
         self._http = httpx.Client(base_url=self.base_url, headers=headers, timeout=timeout)
 
     def __repr__(self) -> str:
@@ -391,6 +394,8 @@ class Client:
     # ------------------------------------------------------------ transport
 
     def _json(self, method: str, path: str, body: dict[str, Any] | None = None, params: dict[str, str] | None = None) -> Any:
+        import httpx
+
         try:
             response = self._http.request(method, path, json=body, params=params)
         except httpx.HTTPError as exc:
@@ -404,6 +409,8 @@ class Client:
 
     def _events(self, path: str, body: dict[str, Any]) -> Iterator[tuple[str, str]]:
         """The server-sent events of ``POST path``; an error status raises before the first."""
+        import httpx
+
         try:
             with self._http.stream("POST", path, json=body) as response:
                 if response.status_code >= 400:
@@ -426,6 +433,8 @@ class Client:
 
     def _unreachable(self, exc: httpx.HTTPError) -> UnreachableError:
         """One line for a failed exchange. httpx's message names the host, never the headers."""
+        import httpx
+
         where = _display(self.base_url)
         if isinstance(exc, httpx.TimeoutException):
             return UnreachableError(f"{where} did not answer within {self.timeout:g} s")

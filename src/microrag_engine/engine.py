@@ -27,7 +27,8 @@ from .generate import Relevance, extractive_answer, is_refusal, relevance
 from .index import Index, build_index
 from .index.ann import HNSW, faiss_available
 from .index.embed import make_embedder
-from .index.keyword import KeywordScorer, make_keyword
+from .index.keyword import BM25Scorer, KeywordScorer, make_keyword
+from .index.saved import ChunkTable, open_saved, save
 from .ingest import check_compatible, guarded, title_of
 from .load import SUPPORTED, load_documents
 from .retrieve import rank_candidates, retrieve
@@ -111,16 +112,35 @@ class Engine:
             index = Index([], None, embedder, np.zeros((0, embedder.dim), dtype=np.float32))
             return cls(settings, index, [Document(d, "") for d in records], labels=[], generation=store.generation(),
                        store=store, records=records)
-        snap = store.snapshot()
-        check_compatible(snap.meta, settings)
-        if not snap.chunks:
-            raise CorpusError("the index is empty; add documents with: microrag ingest PATH")
+        check_compatible(store.meta(), settings)
         embedder = make_embedder(settings.embedder)
-        keyword = make_keyword(settings.keyword, settings.k1, settings.b).fit([c.text for c in snap.chunks])
-        cache = store.cache_path(f"hnsw-{snap.generation}.faiss")
-        index = Index(snap.chunks, keyword, embedder, snap.vectors, ann=_maybe_ann(snap.vectors, settings, cache))
-        docs = [Document(d, "") for d in snap.documents]
-        return cls(settings, index, docs, labels=snap.labels, generation=snap.generation, records=snap.documents)
+        generation = store.generation()
+        expect = {"generation": generation, "keyword": settings.keyword == "bm25", "k1": settings.k1, "b": settings.b,
+                  "embedder": embedder.name, "dim": embedder.dim}
+        saved = open_saved(store.cache_path(f"derived-{generation}"), expect)
+        if saved is None:  # first open of this generation: derive from a snapshot, save for next time
+            snap = store.snapshot()
+            check_compatible(snap.meta, settings)
+            if not snap.chunks:
+                raise CorpusError("the index is empty; add documents with: microrag ingest PATH")
+            keyword = make_keyword(settings.keyword, settings.k1, settings.b).fit([c.text for c in snap.chunks])
+            folder = store.cache_path(f"derived-{snap.generation}")
+            if folder is not None:
+                save(folder, {**expect, "generation": snap.generation}, ChunkTable.from_chunks(snap.chunks), snap.vectors,
+                     snap.labels, keyword.state() if isinstance(keyword, BM25Scorer) else None)
+            cache = store.cache_path(f"hnsw-{snap.generation}.faiss")
+            index = Index(snap.chunks, keyword, embedder, snap.vectors, ann=_maybe_ann(snap.vectors, settings, cache))
+            return cls(settings, index, [Document(d, "") for d in snap.documents], labels=snap.labels,
+                       generation=snap.generation, records=snap.documents)
+        if saved.keyword is not None:
+            keyword = BM25Scorer(settings.k1, settings.b).restore(*saved.keyword, n=len(saved.chunks))
+        else:  # the seed's TF-IDF is not saved: it refits (seed indexes are small)
+            keyword = make_keyword(settings.keyword, settings.k1, settings.b).fit(saved.chunks.texts())
+        cache = store.cache_path(f"hnsw-{generation}.faiss")
+        index = Index(saved.chunks, keyword, embedder, saved.vectors, ann=_maybe_ann(saved.vectors, settings, cache))
+        records = store.documents()
+        return cls(settings, index, [Document(d, "") for d in records], labels=saved.labels, generation=generation,
+                   records=records)
 
     def mask(self, labels: Iterable[str] | None) -> np.ndarray | None:
         """Boolean mask of chunks whose label is in ``labels``.
@@ -190,7 +210,7 @@ class Engine:
         scorer = self._scoped_keyword(labels, readable) if scoped else None
         allowed = readable
         if chosen is not None:
-            in_docs = np.array([c.doc in chosen for c in self.index.chunks], dtype=bool)
+            in_docs = np.isin(self.index.chunks.docs(), list(chosen))
             allowed = in_docs if readable is None else readable & in_docs
         result = retrieve(self.index, query, settings, safeguards=safeguards, allowed=allowed, scoped=scorer,
                           penalty=self._penalty(settings), scoped_on=readable)
@@ -216,9 +236,9 @@ class Engine:
         key = (settings.w_long_doc, settings.long_doc_chunks)
         if self._prior is None or self._prior[0] != key:
             sizes = ((d, r.n_chunks) for d, r in self.records.items()) if self.store is not None \
-                else Counter(c.doc for c in self.index.chunks).items()
+                else Counter(self.index.chunks.docs().tolist()).items()
             prior = long_doc_penalty(sizes, *key)
-            per_chunk = np.array([prior.get(c.doc, 0.0) for c in self.index.chunks]) if prior else None
+            per_chunk = np.array([prior.get(d, 0.0) for d in self.index.chunks.docs()]) if prior else None
             self._prior = (key, prior, per_chunk)
         return self._prior[1]
 

@@ -121,8 +121,12 @@ def _stemmer():
     return Stemmer.Stemmer("english")
 
 
-# bm25s' English list (33 words) plus question and pronoun words: "what does my ..."
-# carries no topic, and left in it dilutes BM25 coverage, which the grounding gate reads.
+# bm25s' English list (33 words; bm25s.stopwords.STOPWORDS_EN, copied so that tokenising a
+# query does not import bm25s and scipy - tests/test_text.py checks the copy is current) plus
+# question and pronoun words: "what does my ..." carries no topic, and left in it dilutes
+# BM25 coverage, which the grounding gate reads.
+BM25S_STOPWORDS_EN = ("a an and are as at be but by for if in into is it no not of on or such that the their then "
+                      "there these they this to was will with").split()
 EXTRA_STOPWORDS = """about above after again all am any because been before being below between both can
 could did do does doing down during each few from further had has have having he her here hers him his
 how i its itself just me more most my myself nor now only other our ours out over own same she should so
@@ -132,9 +136,7 @@ you your yours""".split()
 
 @lru_cache(maxsize=1)
 def _stopwords() -> frozenset[str]:
-    from bm25s.stopwords import STOPWORDS_EN
-
-    return frozenset(STOPWORDS_EN) | frozenset(EXTRA_STOPWORDS)
+    return frozenset(BM25S_STOPWORDS_EN) | frozenset(EXTRA_STOPWORDS)
 
 
 def bm25_tokens(text: str) -> list[str]:

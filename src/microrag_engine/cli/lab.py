@@ -15,12 +15,8 @@ import sys
 import time
 from pathlib import Path
 
-import httpx
-
 from ..config import child_environment
 from ..errors import MicroRAGError
-from ..redteam.attacks import ROLES, run_all
-from ..redteam.compliant import serve
 from .options import add_output, diag
 
 
@@ -75,6 +71,8 @@ def cmd_local_llm(args: argparse.Namespace) -> int:
 
 
 def cmd_compliant_llm(args: argparse.Namespace) -> int:
+    from ..redteam.compliant import serve  # the lab's modules load only for lab commands
+
     httpd = serve(args.host, args.port)
     print(f"compliant model on http://{args.host}:{httpd.server_address[1]} - a test instrument: it quotes its "
           "context and obeys every instruction. Set LLM_BASE_URL to it for red-team runs.", flush=True)
@@ -87,6 +85,8 @@ def cmd_compliant_llm(args: argparse.Namespace) -> int:
 
 
 def cmd_redteam(args: argparse.Namespace) -> int:
+    from ..redteam.attacks import ROLES, run_all
+
     keys = dict(kv.split("=", 1) for kv in (args.keys or "").split(",") if "=" in kv)
     unknown = set(keys) - set(ROLES)
     if unknown:
@@ -94,6 +94,8 @@ def cmd_redteam(args: argparse.Namespace) -> int:
     kb, probe = Path(args.kb), Path(args.probe)
     if not kb.is_dir() or not probe.is_file():
         raise MicroRAGError(f"need the planted-secrets knowledge base (--kb, got {kb}) and a probe file (--probe, got {probe})")
+    import httpx  # the red-team client, only for this command
+
     try:
         rows = run_all(args.target, keys, kb, probe)
     except httpx.TransportError as exc:

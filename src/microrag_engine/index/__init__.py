@@ -21,17 +21,7 @@ from ..types import Chunk
 from .ann import HNSW
 from .embed import Embedder, cosines, make_embedder
 from .keyword import KeywordScorer, make_keyword
-
-# ---------------------------------------------------------------- tokenizers
-
-
-# ---------------------------------------------------------------- keyword leg
-
-
-# ---------------------------------------------------------------- embedding leg
-
-
-# ---------------------------------------------------------------- the two legs together
+from .saved import ChunkTable
 
 
 class Index:
@@ -39,7 +29,7 @@ class Index:
 
     def __init__(self, chunks: Sequence[Chunk], keyword: KeywordScorer | None, embedder: Embedder, vectors: np.ndarray,
                  ann: HNSW | None = None) -> None:
-        self.chunks = list(chunks)
+        self.chunks = ChunkTable.from_chunks(chunks)
         self.keyword = keyword
         self.embedder = embedder
         self.vectors = vectors

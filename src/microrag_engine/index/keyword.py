@@ -12,7 +12,7 @@ from __future__ import annotations
 
 import math
 from collections import Counter
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from typing import Protocol
 
 import numpy as np
@@ -94,26 +94,59 @@ def lucene_idf(df: int, n: int) -> float:
 
 
 class BM25Scorer:
-    """BM25 (Lucene variant) via bm25s over :func:`bm25_tokens`."""
+    """BM25 (Lucene variant) over :func:`bm25_tokens`: bm25s builds the term-by-chunk
+    weight matrix; scoring reads it directly (the same sum bm25s computes), so a matrix
+    saved beside an index scores queries without importing bm25s or scipy."""
 
     name = "bm25"
 
     def __init__(self, k1: float = 0.9, b: float = 0.4) -> None:
         self.k1, self.b = k1, b
+        self.n = 0
+        self._vocab: dict[str, int] | None = {}
+        self._vocab_source: Callable[[], list[str]] | None = None
 
     def fit(self, texts: Sequence[str]) -> BM25Scorer:
         import bm25s
 
-        self.n = len(texts)
-        self.model = bm25s.BM25(k1=self.k1, b=self.b, method="lucene")
+        model = bm25s.BM25(k1=self.k1, b=self.b, method="lucene")
         corpus = [bm25_tokens(t) or ["\x00empty"] for t in texts]  # bm25s rejects empty docs
-        self.model.index(corpus, show_progress=False)
-        self.df = Counter(t for doc in corpus for t in set(doc))
+        model.index(corpus, show_progress=False)
+        df = Counter(t for doc in corpus for t in set(doc))
+        vocab = dict(model.vocab_dict)
+        terms = [""] * len(vocab)
+        for term, i in vocab.items():
+            terms[i] = term
+        arrays = {"data": np.asarray(model.scores["data"]), "indices": np.asarray(model.scores["indices"]),
+                  "indptr": np.asarray(model.scores["indptr"]), "df": np.array([df.get(t, 0) for t in terms], dtype=np.int64)}
+        return self.restore(arrays, lambda: terms, len(texts))
+
+    def restore(self, arrays: dict[str, np.ndarray], terms: Callable[[], list[str]], n: int) -> BM25Scorer:
+        """Score with a saved matrix (``state()``); ``terms`` (the vocabulary, by term id) is
+        read on the first query, so opening an index does not wait for it."""
+        self.data, self.indices, self.indptr, self.df = arrays["data"], arrays["indices"], arrays["indptr"], arrays["df"]
+        self.n, self._vocab, self._vocab_source = n, None, terms
         return self
+
+    def state(self) -> tuple[dict[str, np.ndarray], list[str]]:
+        """(arrays, vocabulary by term id): what ``restore`` needs."""
+        vocab = self.vocab
+        terms = [""] * len(vocab)
+        for term, i in vocab.items():
+            terms[i] = term
+        return {"data": self.data, "indices": self.indices, "indptr": self.indptr, "df": self.df}, terms
+
+    @property
+    def vocab(self) -> dict[str, int]:
+        if self._vocab is None:
+            assert self._vocab_source is not None
+            self._vocab = {t: i for i, t in enumerate(self._vocab_source())}
+        return self._vocab
 
     def idf(self, term: str) -> float:
         """Lucene IDF, ``ln(1 + (N - df + 0.5) / (df + 0.5))``; unseen terms get the highest."""
-        return lucene_idf(self.df.get(term, 0), self.n)
+        i = self.vocab.get(term)
+        return lucene_idf(int(self.df[i]) if i is not None else 0, self.n)
 
     def weight(self, term: str) -> float:
         return self.idf(term)
@@ -129,10 +162,18 @@ class BM25Scorer:
         return raw_best / ceiling if ceiling > 0 else 0.0
 
     def scores(self, query: str) -> np.ndarray:
-        tokens = bm25_tokens(query)
-        if not tokens or self.n == 0:
-            return np.zeros(self.n)
-        return np.asarray(self.model.get_scores(tokens), dtype=np.float64)
+        """Each chunk's score: the sum of its weights for the query's terms (a repeated
+        term counts each time), accumulated in the matrix's own precision as bm25s does."""
+        if self.n == 0:
+            return np.zeros(0)
+        vocab = self.vocab
+        out = np.zeros(self.n, dtype=self.data.dtype)
+        for t in bm25_tokens(query):
+            i = vocab.get(t)
+            if i is not None:
+                lo, hi = int(self.indptr[i]), int(self.indptr[i + 1])
+                np.add.at(out, self.indices[lo:hi], self.data[lo:hi])
+        return out.astype(np.float64)
 
 
 def make_keyword(name: str, k1: float = 0.9, b: float = 0.4) -> TfidfScorer | BM25Scorer:

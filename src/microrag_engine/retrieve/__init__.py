@@ -14,6 +14,8 @@ Masked-out chunks are not candidates: they never influence normalisation.
 
 from __future__ import annotations
 
+from collections.abc import Sequence
+
 import numpy as np
 
 from ..config import Settings
@@ -107,7 +109,7 @@ def _ceiling(keyword: KeywordScorer | None, query: str) -> float:
 
 def rank_candidates(
     query: str,
-    chunks: list[Chunk],
+    chunks: Sequence[Chunk],
     raw_kw: np.ndarray,
     raw_em: np.ndarray,
     settings: Settings,

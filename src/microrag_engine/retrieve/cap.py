@@ -13,7 +13,7 @@ from ..types import Chunk
 class ChunkDocs:
     """``docs[i]`` without building the list: the cap only looks at the first few."""
 
-    def __init__(self, chunks: list[Chunk]) -> None:
+    def __init__(self, chunks: Sequence[Chunk]) -> None:
         self.chunks = chunks
 
     def __getitem__(self, i: int) -> str:

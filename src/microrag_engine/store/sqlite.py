@@ -8,6 +8,8 @@ not score or search: it stores.
 
 from __future__ import annotations
 
+import os
+import shutil
 import sqlite3
 from pathlib import Path
 
@@ -73,9 +75,21 @@ class SQLiteStore(Store):
             raise MicroRAGError(f"{self.file} has index format {version}; this microrag reads {FORMAT_VERSION}: re-ingest")
 
     def cache_path(self, name: str) -> Path:
-        """Where derived structures (e.g. an HNSW graph) are cached; older generations are removed."""
-        for old in self.file.parent.glob(f"{name.split('-')[0]}-*{Path(name).suffix}"):
-            if old.name != name:
+        """Where derived structures (an HNSW graph, the saved index) are cached, as
+        ``<kind>-<generation>[.suffix]``; other generations of the same kind are removed
+        (a process that has one open keeps reading it: its files stay open)."""
+        kind, suffix = name.split("-")[0], Path(name).suffix
+        for old in self.file.parent.glob(f"{kind}-*"):
+            if old.name == name:
+                continue
+            if ".tmp-" in old.name:  # a folder being written: only if its writer is gone
+                if _alive(old.name.rsplit("-", 1)[-1]):
+                    continue
+            elif old.suffix != suffix:
+                continue
+            if old.is_dir():
+                shutil.rmtree(old, ignore_errors=True)
+            else:
                 old.unlink(missing_ok=True)
         return self.file.parent / name
 
@@ -156,3 +170,14 @@ class SQLiteStore(Store):
 
     def close(self) -> None:
         self.db.close()
+
+
+def _alive(pid: str) -> bool:
+    """Whether process ``pid`` (a temp folder's writer) still runs."""
+    try:
+        os.kill(int(pid), 0)
+    except (ValueError, ProcessLookupError):
+        return False
+    except PermissionError:
+        return True
+    return True
