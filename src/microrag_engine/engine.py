@@ -12,7 +12,7 @@ from __future__ import annotations
 import logging
 import time
 from collections import Counter
-from collections.abc import Callable, Iterable, Iterator, Sequence
+from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
 from dataclasses import dataclass, field, replace
 from importlib.resources import files
 from pathlib import Path
@@ -28,7 +28,7 @@ from .index import Index, build_index
 from .index.ann import HNSW, faiss_available
 from .index.embed import make_embedder
 from .index.keyword import BM25Scorer, KeywordScorer, make_keyword
-from .index.saved import ChunkTable, open_saved, save
+from .index.saved import ChunkTable, SavedRecords, open_saved, save
 from .ingest import check_compatible, guarded, title_of
 from .load import SUPPORTED, load_documents
 from .retrieve import rank_candidates, retrieve
@@ -73,7 +73,7 @@ class Engine:
         labels: list[str] | None = None,
         generation: int = 0,
         store: SearchableStore | None = None,
-        records: dict[str, DocRecord] | None = None,
+        records: Mapping[str, DocRecord] | None = None,
     ) -> None:
         self.settings = settings
         self.index = index
@@ -127,7 +127,8 @@ class Engine:
             folder = store.cache_path(f"derived-{snap.generation}")
             if folder is not None:
                 save(folder, {**expect, "generation": snap.generation}, ChunkTable.from_chunks(snap.chunks), snap.vectors,
-                     snap.labels, keyword.state() if isinstance(keyword, BM25Scorer) else None)
+                     snap.labels, keyword.state() if isinstance(keyword, BM25Scorer) else None,
+                     [_record_row(r) for r in snap.documents.values()])
             cache = store.cache_path(f"hnsw-{snap.generation}.faiss")
             index = Index(snap.chunks, keyword, embedder, snap.vectors, ann=_maybe_ann(snap.vectors, settings, cache))
             return cls(settings, index, [Document(d, "") for d in snap.documents], labels=snap.labels,
@@ -138,9 +139,13 @@ class Engine:
             keyword = make_keyword(settings.keyword, settings.k1, settings.b).fit(saved.chunks.texts())
         cache = store.cache_path(f"hnsw-{generation}.faiss")
         index = Index(saved.chunks, keyword, embedder, saved.vectors, ann=_maybe_ann(saved.vectors, settings, cache))
-        records = store.documents()
-        return cls(settings, index, [Document(d, "") for d in records], labels=saved.labels, generation=generation,
-                   records=records)
+        saved_records = SavedRecords(saved.documents, int(saved.manifest["documents"]), _row_record)
+        return cls(settings, index, None, labels=saved.labels, generation=generation, records=saved_records)
+
+    @property
+    def n_documents(self) -> int:
+        """Documents behind this engine (with an index on disk: every stored one)."""
+        return len(self.records) if self.records else len(self.documents)
 
     def mask(self, labels: Iterable[str] | None) -> np.ndarray | None:
         """Boolean mask of chunks whose label is in ``labels``.
@@ -435,3 +440,14 @@ def _tee(stream: Iterable[str], on_piece: Callable[[str], None] | None) -> Itera
         if on_piece:
             on_piece(piece)
         yield piece
+
+
+def _record_row(r: DocRecord) -> list:
+    """A document's record as a JSON row for the saved index (``_row_record`` reads it)."""
+    return [r.doc, r.content_hash, r.label, r.principal, r.origin, r.ingested_at, r.n_chunks, r.collection, dict(r.meta)]
+
+
+def _row_record(row: list) -> DocRecord:
+    doc, content_hash, label, principal, origin, ingested_at, n_chunks, collection, meta = row
+    return DocRecord(doc, content_hash, label, principal, origin, ingested_at, int(n_chunks), collection,
+                     tuple((str(k), str(v)) for k, v in meta.items()))

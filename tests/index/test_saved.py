@@ -52,6 +52,8 @@ def test_an_index_opened_from_its_saved_files_ranks_as_one_derived_from_the_stor
     assert type(again.index.chunks) is ChunkTable and again.index.chunks._chunks is None  # really the saved columns
     assert list(again.index.chunks) == list(first.index.chunks)
     assert list(again.labels) == list(first.labels)
+    assert again.n_documents == first.n_documents == 4
+    assert dict(again.records) == dict(first.records)  # labels, provenance and front matter, for filters
     assert ranked(again) == ranked(first)
     assert ranked(again, labels=["public"]) == ranked(first, labels=["public"])  # scoped statistics too
     store.close()

@@ -205,7 +205,7 @@ def labels_of(args: argparse.Namespace) -> list[str] | None:
 def _describe(engine: Engine, where: str) -> str:
     s = engine.settings
     chunking = f"chars {s.size}/{s.overlap}" if s.chunker == "chars" else f"sentences <= {s.max_tokens} tokens"
-    return (f"{engine.n_chunks} chunks from {len(engine.documents)} documents in {where} "
+    return (f"{engine.n_chunks} chunks from {engine.n_documents} documents in {where} "
             f"({chunking}; {s.keyword}; {s.embedder} dim {engine.index.dim}; {s.fusion} w_kw {s.w_kw})")
 
 

@@ -16,9 +16,9 @@ import json
 import operator
 import os
 import shutil
-from collections.abc import Callable, Iterator, Sequence
+from collections.abc import Callable, Iterator, Mapping, Sequence
 from pathlib import Path
-from typing import SupportsIndex, overload
+from typing import SupportsIndex, TextIO, TypeVar, overload
 
 import numpy as np
 
@@ -90,7 +90,7 @@ class ChunkTable(Sequence[Chunk]):
 
 
 def save(folder: Path, manifest: dict[str, object], chunks: ChunkTable, vectors: np.ndarray, labels: Sequence[str],
-         keyword: tuple[dict[str, np.ndarray], list[str]] | None) -> None:
+         keyword: tuple[dict[str, np.ndarray], list[str]] | None, records: Sequence[list] = ()) -> None:
     """Write everything ``open_saved`` reads into ``folder``, atomically (temp folder, rename)."""
     tmp = folder.with_name(f"{folder.name}.tmp-{os.getpid()}")
     shutil.rmtree(tmp, ignore_errors=True)
@@ -108,7 +108,9 @@ def save(folder: Path, manifest: dict[str, object], chunks: ChunkTable, vectors:
         code = {n: i for i, n in enumerate(names)}
         np.save(tmp / "label_of.npy", np.array([code[x] for x in labels], dtype=np.int32))
         (tmp / "docs.txt").write_text("\n".join(chunks.doc_names), encoding="utf-8")
-        meta = {**manifest, "format": SAVED_FORMAT, "chunks": len(chunks), "labels": names, "keyword": keyword is not None}
+        (tmp / "documents.json").write_text(json.dumps(list(records), ensure_ascii=False), encoding="utf-8")
+        meta = {**manifest, "format": SAVED_FORMAT, "chunks": len(chunks), "documents": len(records), "labels": names,
+                "keyword": keyword is not None}
         if keyword is not None:
             arrays, terms = keyword
             for name, arr in arrays.items():
@@ -159,6 +161,35 @@ class Saved:
                     return terms_file.read().split("\n")
 
             self.keyword = (arrays, terms)
+        self.documents = open(folder / "documents.json", encoding="utf-8")  # noqa: SIM115 - see SavedRecords
+
+
+R = TypeVar("R")
+
+
+class SavedRecords(Mapping[str, R]):
+    """The documents' records (saved as JSON rows, the first field the id), parsed by
+    ``make`` on first use: ranking does not need them, a filter or a listing does.
+    ``len`` comes from the manifest."""
+
+    def __init__(self, file: TextIO, count: int, make: Callable[[list], R]) -> None:
+        self._file, self._count, self._make = file, count, make
+        self._records: dict[str, R] | None = None
+
+    def _all(self) -> dict[str, R]:
+        if self._records is None:
+            with self._file:
+                self._records = {row[0]: self._make(row) for row in json.load(self._file)}
+        return self._records
+
+    def __getitem__(self, doc: str) -> R:
+        return self._all()[doc]
+
+    def __iter__(self) -> Iterator[str]:
+        return iter(self._all())
+
+    def __len__(self) -> int:
+        return self._count if self._records is None else len(self._records)
 
 
 def open_saved(folder: Path | None, expect: dict[str, object]) -> Saved | None:

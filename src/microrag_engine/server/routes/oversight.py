@@ -42,7 +42,7 @@ def router(ctx: ServerContext) -> APIRouter:
             return {"status": "ok"}
         eng = ctx.engine
         return {"status": "ok", "chunks": eng.n_chunks if eng else 0,
-                "documents": len(eng.documents) if eng else 0, "generation": eng.generation if eng else 0}
+                "documents": eng.n_documents if eng else 0, "generation": eng.generation if eng else 0}
 
     @router.get("/audit")
     def audit(limit: int = 100, principal_name: str | None = None, who: Principal = Depends(ctx.need("admin"))):
