@@ -126,9 +126,12 @@ class Engine:
             keyword = make_keyword(settings.keyword, settings.k1, settings.b).fit([c.text for c in snap.chunks])
             folder = store.cache_path(f"derived-{snap.generation}")
             if folder is not None:
-                save(folder, {**expect, "generation": snap.generation}, ChunkTable.from_chunks(snap.chunks), snap.vectors,
-                     snap.labels, keyword.state() if isinstance(keyword, BM25Scorer) else None,
-                     [_record_row(r) for r in snap.documents.values()])
+                try:
+                    save(folder, {**expect, "generation": snap.generation}, ChunkTable.from_chunks(snap.chunks),
+                         snap.vectors, snap.labels, keyword.state() if isinstance(keyword, BM25Scorer) else None,
+                         [_record_row(r) for r in snap.documents.values()])
+                except OSError as exc:  # a read-only or full disk: this open still works, the next derives again
+                    log.info("could not save the derived index in %s (%s); opening will not be fast", folder, exc.strerror)
             cache = store.cache_path(f"hnsw-{snap.generation}.faiss")
             index = Index(snap.chunks, keyword, embedder, snap.vectors, ann=_maybe_ann(snap.vectors, settings, cache))
             return cls(settings, index, [Document(d, "") for d in snap.documents], labels=snap.labels,

@@ -110,3 +110,18 @@ def test_chunk_tables_round_trip_unicode_pages_and_spans(tmp_path):
     assert list(saved.chunks.docs()) == ["a.md", "a.md", "dir/b.pdf", "c"]
     assert np.array_equal(saved.vectors, vectors)
     assert open_saved(tmp_path / "derived-1", {"generation": 2}) is None  # another generation's files
+
+
+def test_an_index_on_a_read_only_folder_still_opens(tmp_path, monkeypatch):
+    settings = preset("default")
+    store = SQLiteStore(tmp_path / "ix")
+    ingest_paths(store, [corpus(tmp_path / "docs")], settings)
+
+    def refuse(*_args, **_kwargs):
+        raise PermissionError(13, "Permission denied")
+
+    monkeypatch.setattr("microrag_engine.index.saved.Path.mkdir", refuse)
+    engine = Engine.from_store(store, settings)
+    assert engine.retrieve("rotate the signing key").hits
+    assert not list((tmp_path / "ix").glob("derived-*"))
+    store.close()

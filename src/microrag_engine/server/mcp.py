@@ -31,6 +31,7 @@ from typing import Annotated, Any
 from urllib.parse import urlsplit
 
 import anyio.to_thread
+import numpy as np
 from fastapi import FastAPI
 from mcp.server.mcpserver import Context, MCPServer
 from mcp.server.mcpserver.exceptions import ToolError
@@ -181,7 +182,8 @@ def _chunks_of(engine: Engine, doc: str) -> list[Chunk]:
         # A snapshot reads the whole store: a Store.chunks(doc) would make this one query.
         found = [c for c in engine.store.snapshot().chunks if c.doc == doc]
     else:
-        found = [c for c in engine.index.chunks if c.doc == doc]
+        table = engine.index.chunks  # by its document column: no chunk object is built for the others
+        found = [table[int(i)] for i in np.flatnonzero(table.docs() == doc)]
     return sorted(found, key=lambda c: c.index)
 
 
