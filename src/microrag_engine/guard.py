@@ -23,9 +23,23 @@ import unicodedata
 from collections import Counter
 from dataclasses import dataclass
 from functools import lru_cache
+from typing import TYPE_CHECKING, Any
 
 from . import rx
-from .dlp import Finding, entropy, find_secrets, merge  # noqa: F401 - entropy, Finding: part of guard's API
+
+if TYPE_CHECKING:
+    from .dlp import Finding, entropy, find_secrets, merge  # noqa: F401
+
+
+def __getattr__(name: str) -> Any:
+    """``Finding``, ``entropy``, ``find_secrets`` and ``merge`` are part of guard's API but
+    live in ``dlp``, whose ~30 ms of pattern compiling waits until a text is first scanned
+    (a CLI query that scans nothing never pays it)."""
+    if name in ("Finding", "entropy", "find_secrets", "merge"):
+        from . import dlp
+
+        return getattr(dlp, name)
+    raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
 
 log = logging.getLogger("microrag")
 
@@ -179,6 +193,8 @@ def pieces(text: str, size: int = PII_PIECE, overlap: int = PII_OVERLAP) -> list
 
 def find_pii(text: str, min_score: float = 0.6) -> list[Finding]:
     """Presidio findings (``pii_<entity>``) when the ``pii`` extra is installed, else none."""
+    from .dlp import Finding, merge
+
     engine = presidio()
     if engine is None or not text.strip():
         return []
@@ -236,6 +252,8 @@ def decoded_views(text: str) -> list[tuple[int, int, str, str]]:
 
 def _views(text: str) -> list[Finding]:
     """Findings in ``text`` as given and in its decoded (base64, hex) and rot13 views."""
+    from .dlp import Finding, find_secrets, merge
+
     found = find_secrets(text)
     for start, end, view, decoded in decoded_views(text):
         if find_secrets(canonical(decoded)):
@@ -252,6 +270,8 @@ def scan(text: str, deep: bool = False) -> tuple[str, list[Finding]]:
     Spans refer to the canonical text; an encoded run with a secret inside is
     reported as a whole. ``deep`` adds Presidio's entities (opt-in: ``Settings.dlp_presidio``).
     """
+    from .dlp import merge
+
     canon = canonical(text)
     return canon, merge(_views(canon) + (find_pii(canon) if deep else []))
 
@@ -279,6 +299,8 @@ def redact(text: str, deep: bool = False) -> tuple[str, list[Finding]]:
     form - the only way to cut what is hidden in it. Other lines keep their characters:
     canonicalising a whole document would rewrite "look at os.path" and "x²".
     """
+    from .dlp import merge
+
     found = merge(_views(text) + (find_pii(text) if deep else []))
     out, last = [], 0
     for f in found:
