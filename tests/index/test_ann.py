@@ -65,3 +65,18 @@ def test_ann_honours_the_label_filter(big):
 
 def test_small_indexes_stay_exact():
     assert _maybe_ann(np.zeros((10, 4), np.float32), preset("default")) is None
+
+
+def test_a_saved_graph_reopens_memory_mapped_and_searches_alike(tmp_path):
+    from microrag_engine.index.ann import HNSW
+
+    rng = np.random.default_rng(3)
+    vectors = rng.standard_normal((2000, 32)).astype(np.float32)
+    vectors /= np.linalg.norm(vectors, axis=1, keepdims=True)
+    built = HNSW(vectors, cache=tmp_path / "hnsw-1.faiss")
+    reopened = HNSW(vectors, cache=tmp_path / "hnsw-1.faiss")
+    assert reopened.index.ntotal == 2000
+    allowed = np.arange(2000) % 3 != 0
+    for q in vectors[:20]:
+        assert list(reopened.top(q, 10)) == list(built.top(q, 10))
+        assert list(reopened.top(q, 10, allowed)) == list(built.top(q, 10, allowed))
