@@ -263,3 +263,42 @@ def test_a_loader_error_surfaces_in_the_caller_with_its_message(store):
     with pytest.raises(CorpusError, match="two inputs both map"):
         stream_documents(store, ((d, "") for d in [*docs, docs[0]]), SEED)
     assert store.documents() == {}  # a small ingest is one transaction: nothing landed
+
+
+def test_documents_prepared_elsewhere_in_any_split_land_as_a_local_ingest_lands_them(tmp_path, monkeypatch):
+    """The pieces ``cluster.py`` runs on workers (``prepare_files``, ``embed_texts``) and on the
+    driver (``Ingestion``, ``attach_vectors``), with the files cut into shards and grouped as
+    ``stream_documents`` groups them, build the index ``ingest_paths`` builds."""
+    from microrag_engine import ingest
+    from microrag_engine.index.embed import make_embedder
+
+    monkeypatch.setattr(ingest, "EMBED_CHUNKS", 5)
+    docs = write(tmp_path / "docs", {f"p{i}.md": body(f"topic {i}") + f" The old key was AKIAABCDEFGHIJKLMNO{i}." for i in range(9)})
+    whole = SQLiteStore(tmp_path / "whole")
+    settings = DEFAULT.__class__(**{**DEFAULT.__dict__, "embedder": "hash", "dlp": "redact"})
+    local = ingest_paths(whole, [docs], settings)
+    split = SQLiteStore(tmp_path / "split")
+    corpus = ingest.Corpus.resolve(split, [docs], settings)
+    embedder = make_embedder("hash")
+    run = ingest.Ingestion(split, settings, embedder.dim, extra_meta=corpus.roots, commit_chunks=7)
+    batch: list[ingest.Prepared] = []
+    shards = [corpus.files[i:i + 2] for i in range(0, len(corpus.files), 2)]
+    for shard in shards:
+        for item in ingest.prepare_files(shard, run.plan, embedder.count_tokens):
+            assert not isinstance(item, str)
+            corpus.loaded.add(item.record.doc)
+            run.count(item.record.doc, len(item.chunks), item.findings, item.replaces)
+            batch.append(item)
+            if sum(len(p.chunks) for p in batch) >= ingest.EMBED_CHUNKS:
+                run.write(ingest.attach_vectors(batch, ingest.embed_texts([c.text for p in batch for c in p.chunks], embedder)))
+                batch = []
+    run.write(ingest.attach_vectors(batch, ingest.embed_texts([c.text for p in batch for c in p.chunks], embedder)))
+    report = run.finish(corpus.deletions(False))
+    assert report.added == local.added and report.findings == local.findings and len(report.findings) == 9
+    a, b = whole.snapshot(), split.snapshot()
+    assert {d: (r.content_hash, r.label, r.origin, r.n_chunks, r.collection, r.meta) for d, r in a.documents.items()} == \
+           {d: (r.content_hash, r.label, r.origin, r.n_chunks, r.collection, r.meta) for d, r in b.documents.items()}
+    assert [(c.id, c.text) for c in a.chunks] == [(c.id, c.text) for c in b.chunks]
+    assert abs(a.vectors - b.vectors).max() < 1e-6 and split.check() == []
+    again = ingest_paths(split, [docs], settings)  # the local path sees the same index: nothing to redo
+    assert again.changes == 0 and len(again.unchanged) == 9

@@ -227,3 +227,11 @@ class LLMConfig:
             raise ConfigError(f"LLM_MAX_TOKENS must be a whole number, got {cap!r}")
         return cls(base_url=url.rstrip("/"), api_key=env.get("LLM_API_KEY", ""),
                    model=env.get("LLM_MODEL", "") or "default", max_tokens=int(cap) if cap else None)
+
+
+def cluster_test_hooks() -> tuple[str, int]:
+    """Test-only knobs of distributed ingest (tests/test_cluster.py). ``$MICRORAG_TEST_WORKER_DIES``:
+    a marker file; the first Ray task that finds it absent creates it and kills its own worker
+    process. ``$MICRORAG_TEST_COMMIT_CHUNKS``: chunks per write transaction (unset: the default)."""
+    chunks = os.environ.get("MICRORAG_TEST_COMMIT_CHUNKS", "").strip()
+    return os.environ.get("MICRORAG_TEST_WORKER_DIES", ""), int(chunks) if chunks.isdigit() else 0

@@ -220,8 +220,17 @@ class Plan:
 
 def embed_prepared(items: list[Prepared], embedder: Embedder) -> list[DocUpdate]:
     """Embed the chunks of ``items`` in one call and hand each document its vectors."""
-    texts = [c.text for p in items for c in p.chunks]
-    vectors = embedder.embed(texts).astype(np.float32) if texts else np.zeros((0, embedder.dim), np.float32)
+    return attach_vectors(items, embed_texts([c.text for p in items for c in p.chunks], embedder))
+
+
+def embed_texts(texts: list[str], embedder: Embedder) -> np.ndarray:
+    """One embedder call. Its vectors can depend on the call's other texts (batching, an int8
+    model's activation ranges), so an ingest embeds the same groups wherever it runs."""
+    return embedder.embed(texts).astype(np.float32) if texts else np.zeros((0, embedder.dim), np.float32)
+
+
+def attach_vectors(items: list[Prepared], vectors: np.ndarray) -> list[DocUpdate]:
+    """Each document of ``items`` with its rows of ``vectors`` (its chunks', in order)."""
     out, at = [], 0
     for p in items:
         n = len(p.chunks)
@@ -313,51 +322,100 @@ def stream_documents(
     ``deletions`` is called after the last document (it may depend on what was seen) and
     names documents to remove; ``total``/``done`` drive ``progress`` (default: documents)."""
     settings.validate()
-    meta = store.meta()
-    check_compatible(meta, settings)
     embedder = make_embedder(settings.embedder)
-    plan = Plan(settings, store.documents(), label, principal or f"operator:{_user()}",
-                datetime.now(UTC).isoformat(timespec="seconds"), dict(extra_meta or {}), visible)
-    report = IngestReport()
-    writer = Writer(store, {**bound_meta(settings, embedder.dim), **(extra_meta or {})}, commit_chunks)
-    from tqdm import tqdm  # a bar on stderr, only when asked (the CLI asks on a TTY)
-
-    bar = tqdm(total=total or None, desc="ingesting", unit="doc" if done is None else "file", disable=progress is not True,
-               leave=False)
+    run = Ingestion(store, settings, embedder.dim, label, principal, extra_meta, visible, commit_chunks)
+    ticker = Ticker(progress, total, "doc" if done is None else "file")
     consumed = 0
     try:
         batch: list[Prepared] = []
-        for item in _prepared(docs, plan, embedder.count_tokens):
+        for item in _prepared(docs, run.plan, embedder.count_tokens):
             consumed += 1
-            ticks = done() if done else consumed
-            bar.update(ticks - bar.n)
-            if callable(progress):
-                progress(ticks, total)
+            ticker.tick(done() if done else consumed)
             if isinstance(item, str):
-                report.unchanged.append(item)
+                run.unchanged(item)
                 continue
-            if item.findings:
-                report.findings[item.record.doc] = item.findings
-            (report.changed if item.replaces else report.added).append(item.record.doc)
-            report.chunks_written += len(item.chunks)
+            run.count(item.record.doc, len(item.chunks), item.findings, item.replaces)
             batch.append(item)
             if sum(len(p.chunks) for p in batch) >= EMBED_CHUNKS:
-                writer.add(embed_prepared(batch, embedder))
+                run.write(embed_prepared(batch, embedder))
                 batch = []
-        writer.add(embed_prepared(batch, embedder))
-        report.removed = sorted(d for d in set(deletions()) if d in plan.existing and d not in _seen(report))
-        force = not meta or any(meta.get(k) != v for k, v in (extra_meta or {}).items())
-        report.generation = writer.finish(report.removed, force=force)
+        run.write(embed_prepared(batch, embedder))
+        return run.finish(deletions())
     except BaseException:
-        writer.abandon()
+        run.abandon()
         raise
     finally:
-        bar.close()
-    return report
+        ticker.close()
+
+
+class Ticker:
+    """Progress for ``stream_documents`` and its kin: a bar on stderr when ``progress`` is
+    ``True`` (the CLI asks on a TTY), else calls to ``progress(done, total)`` if it is callable."""
+
+    def __init__(self, progress: bool | Callable[[int, int], None], total: int, unit: str) -> None:
+        from tqdm import tqdm
+
+        self.progress, self.total = progress, total
+        self.bar = tqdm(total=total or None, desc="ingesting", unit=unit, disable=progress is not True, leave=False)
+
+    def tick(self, done: int) -> None:
+        self.bar.update(done - self.bar.n)
+        if callable(self.progress):
+            self.progress(done, self.total)
+
+    def close(self) -> None:
+        self.bar.close()
+
+
+class Ingestion:
+    """The writing side of one ingest, whoever prepares and embeds the documents (this
+    process, or workers elsewhere: ``cluster.py``): the plan they follow, the report, and
+    the ``Writer``. Feed it each document once, in a fixed order: ``unchanged`` or ``count``
+    then ``write``; ``finish`` commits the rest with deletions, ``abandon`` after a failure."""
+
+    def __init__(self, store: Store, settings: Settings, dim: int, label: str | None = None,
+                 principal: str | None = None, extra_meta: dict[str, str] | None = None, visible: bool = True,
+                 commit_chunks: int = COMMIT_CHUNKS) -> None:
+        settings.validate()
+        self.meta = store.meta()
+        check_compatible(self.meta, settings)
+        self.extra_meta = dict(extra_meta or {})
+        self.plan = Plan(settings, store.documents(), label, principal or f"operator:{_user()}",
+                         datetime.now(UTC).isoformat(timespec="seconds"), self.extra_meta, visible)
+        self.report = IngestReport()
+        self.writer = Writer(store, {**bound_meta(settings, dim), **self.extra_meta}, commit_chunks)
+
+    def unchanged(self, doc: str) -> None:
+        self.report.unchanged.append(doc)
+
+    def count(self, doc: str, chunks: int, findings: dict[str, int], replaces: bool) -> None:
+        """Report a changed document (before its vectors are written)."""
+        if findings:
+            self.report.findings[doc] = findings
+        (self.report.changed if replaces else self.report.added).append(doc)
+        self.report.chunks_written += chunks
+
+    def write(self, updates: Iterable[DocUpdate]) -> None:
+        self.writer.add(updates)
+
+    def finish(self, deletions: Iterable[str]) -> IngestReport:
+        report = self.report
+        report.removed = sorted(d for d in set(deletions) if d in self.plan.existing and d not in _seen(report))
+        force = not self.meta or any(self.meta.get(k) != v for k, v in self.extra_meta.items())
+        report.generation = self.writer.finish(report.removed, force=force)
+        return report
+
+    def abandon(self) -> None:
+        self.writer.abandon()
 
 
 def _seen(report: IngestReport) -> set[str]:
     return {*report.added, *report.changed, *report.unchanged}
+
+
+def clash(doc: str) -> CorpusError:
+    """The error for a second input that maps to the same document id as an earlier one."""
+    return CorpusError(f"two inputs both map to document {doc!r}; ingest them separately or rename one")
 
 
 _END = object()
@@ -385,7 +443,7 @@ def _prepared(docs: Iterable[tuple[Document, str]], plan: Plan,
         try:
             for doc, origin in docs:
                 if doc.path in seen:
-                    raise CorpusError(f"two inputs both map to document {doc.path!r}; ingest them separately or rename one")
+                    raise clash(doc.path)
                 seen.add(doc.path)
                 ready = plan.prepare(doc, origin, count_tokens)
                 if not put(doc.path if ready is None else ready):
@@ -471,47 +529,83 @@ def ingest_paths(
     """Ingest every readable file under ``paths``. Ids carry their collection (``resolve_source``;
     ``collection=""`` keeps them unqualified, as ``--corpus`` runs do). Documents of these
     folders whose files are gone are reported, and removed with ``prune``."""
-    check_compatible(store.meta(), settings)  # before any file is parsed: a wrong preset fails fast
-    existing = store.documents()
-    known = collections(store.meta())
-    sources: list[Source] = []
-    for given in paths:
-        if not Path(given).exists():
-            raise CorpusError(f"corpus path {str(given)!r} does not exist; pass a folder or a file")
-        sources.append(resolve_source(Path(given), collection, known, existing))
-    files = [(s, f) for s in sources for f in iter_files(s.path)]  # names only: the texts stream
+    corpus = Corpus.resolve(store, paths, settings, collection)
     files_done = [0]
-    loaded: set[str] = set()
 
     def documents() -> Iterator[tuple[Document, str]]:
-        for source, (path, rel) in files:
+        for source, path, rel in corpus.files:
             for d in iter_loaded([(path, rel)], settings.markup):
-                doc, origin = source_document(source, d, existing)
-                loaded.add(doc.path)
+                doc, origin = source_document(source, d, corpus.existing)
+                corpus.loaded.add(doc.path)
                 yield doc, origin
             files_done[0] += 1
 
-    def gone() -> list[str]:
-        # Gone = from one of these folders but not among what loads now (deleted, emptied, or no
-        # longer readable - the loader warned about those). Single files say nothing of their folder.
-        if not loaded:
-            raise CorpusError(f"no readable documents under {', '.join(map(str, paths))}; supported: "
+    report = stream_documents(store, documents(), settings, label, principal, lambda: corpus.deletions(prune), progress,
+                              extra_meta=corpus.roots, total=len(corpus.files), done=lambda: files_done[0])
+    report.gone = [] if prune else corpus.missing
+    return report
+
+
+@dataclass
+class Corpus:
+    """The paths of one ingest: their sources, their files (names only: texts stream), and
+    the ids that loaded from them (``loaded``, filled as documents go by)."""
+
+    paths: list[str]
+    sources: list[Source]
+    files: list[tuple[Source, Path, str]]
+    existing: dict[str, DocRecord]
+    loaded: set[str] = field(default_factory=set)
+    missing: list[str] = field(default_factory=list)
+
+    @classmethod
+    def resolve(cls, store: Store, paths: Iterable[str | Path], settings: Settings,
+                collection: str | None = None) -> Corpus:
+        check_compatible(store.meta(), settings)  # before any file is parsed: a wrong preset fails fast
+        existing = store.documents()
+        known = collections(store.meta())
+        given = [str(p) for p in paths]
+        sources: list[Source] = []
+        for path in given:
+            if not Path(path).exists():
+                raise CorpusError(f"corpus path {path!r} does not exist; pass a folder or a file")
+            sources.append(resolve_source(Path(path), collection, known, existing))
+        files = [(s, f, rel) for s in sources for f, rel in iter_files(s.path)]
+        return cls(given, sources, files, existing)
+
+    @property
+    def roots(self) -> dict[str, str]:
+        """Store meta to write: each collection's root folder."""
+        return {f"{COLLECTION_KEY}{s.collection}": str(s.root) for s in self.sources if s.collection}
+
+    def gone(self) -> list[str]:
+        """Documents from one of these folders that did not load now (deleted, emptied, or no longer
+        readable - the loader warned about those). Single files say nothing of their folder."""
+        if not self.loaded:
+            raise CorpusError(f"no readable documents under {', '.join(self.paths)}; supported: "
                               + " ".join(sorted(SUPPORTED)))
-        folders = [s for s in sources if s.path.is_dir()]
-        return sorted(r.doc for r in existing.values() if r.doc not in loaded and r.origin and any(
+        folders = [s for s in self.sources if s.path.is_dir()]
+        return sorted(r.doc for r in self.existing.values() if r.doc not in self.loaded and r.origin and any(
             r.collection == s.collection and _under(r.origin, str(s.path)) for s in folders))
 
-    roots = {f"{COLLECTION_KEY}{s.collection}": str(s.root) for s in sources if s.collection}
-    missing: list[str] = []
+    def deletions(self, prune: bool) -> list[str]:
+        """After the last document: what is gone (kept in ``missing``), to delete if ``prune``."""
+        self.missing.extend(self.gone())
+        return self.missing if prune else []
 
-    def deletions() -> list[str]:
-        missing.extend(gone())
-        return missing if prune else []
 
-    report = stream_documents(store, documents(), settings, label, principal, deletions, progress, extra_meta=roots,
-                              total=len(files), done=lambda: files_done[0])
-    report.gone = [] if prune else missing
-    return report
+def prepare_files(files: Iterable[tuple[Source, Path, str]], plan: Plan,
+                  count_tokens: Callable[[str], int]) -> list[Prepared | str]:
+    """Load, map, guard and chunk ``files`` (the part of ``ingest_paths`` before embedding, for
+    a worker elsewhere): per document in order, its id if unchanged, else its ``Prepared``.
+    Reads files, writes nothing; ``attach_vectors`` finishes what ``embed_prepared`` would."""
+    out: list[Prepared | str] = []
+    for source, path, rel in files:
+        for d in iter_loaded([(path, rel)], plan.settings.markup):
+            doc, origin = source_document(source, d, plan.existing)
+            ready = plan.prepare(doc, origin, count_tokens)
+            out.append(doc.path if ready is None else ready)
+    return out
 
 
 def source_document(source: Source, doc: Document, existing: dict[str, DocRecord]) -> tuple[Document, str]:

@@ -46,6 +46,10 @@ def _commands(sub: argparse._SubParsersAction) -> None:
                           "deleted (Ctrl-C stops; needs the 'watch' extra)")
     ing.add_argument("--collection", metavar="NAME",
                      help="name these paths' collection, the first segment of their ids (default: each folder's name)")
+    ing.add_argument("--cluster", metavar="ADDRESS",
+                     help="load, chunk and embed on a Ray cluster: its head's HOST:PORT (e.g. head:6379), "
+                          "ray://head:10001 (Ray Client) or auto; this process writes the index. Every node needs the "
+                          "package and the PATHs at the same place (needs the 'cluster' extra)")
     add_dlp(ing)
     add_preset(ing)
     d = sub.add_parser("delete", help="remove documents from the index by doc path")
@@ -79,6 +83,11 @@ def _print(args: argparse.Namespace, as_json: object, text: str) -> None:
 def cmd_ingest(args: argparse.Namespace) -> int:
     if args.collection is not None and not args.collection.strip():
         raise MicroRAGError("--collection needs a name (letters, digits, '.', '_' or '-'); leave it out to use the folder's name")
+    if args.cluster is not None:
+        if args.target or args.watch:
+            raise MicroRAGError(f"--cluster writes a local index or database: it does not go with "
+                                f"{'--target' if args.target else '--watch'}")
+        return _ingest_cluster(args)
     client = client_for(args)
     if client is not None:
         with client:
@@ -86,10 +95,7 @@ def cmd_ingest(args: argparse.Namespace) -> int:
     store = open_store(_location(args), create=True)
     try:
         settings = override(settings_for(args, args.preset or preset_for(store.meta())), dlp=args.dlp)
-        progress: bool | Callable[[int, int], None] = False
-        if not args.quiet:
-            progress = True if sys.stderr.isatty() else every(PROGRESS_SECONDS)
-        report = ingest_paths(store, args.paths, settings, label=args.label, prune=args.prune, progress=progress,
+        report = ingest_paths(store, args.paths, settings, label=args.label, prune=args.prune, progress=_progress(args),
                               collection=args.collection)
         _print(args, {**report.__dict__, "changes": report.changes}, _report_text(args, report))
         if args.watch:
@@ -100,6 +106,32 @@ def cmd_ingest(args: argparse.Namespace) -> int:
     finally:
         store.close()
     return 0
+
+
+def _ingest_cluster(args: argparse.Namespace) -> int:
+    """``ingest --cluster``: Ray workers prepare and embed; this process writes (``cluster.py``).
+    The cluster is joined before the index is opened: an unreachable one leaves nothing behind."""
+    from .. import cluster
+
+    cluster.connect(args.cluster.strip())
+    try:
+        store = open_store(_location(args), create=True)
+        try:
+            settings = override(settings_for(args, args.preset or preset_for(store.meta())), dlp=args.dlp)
+            report = cluster.ingest_cluster(store, args.paths, settings, label=args.label, prune=args.prune,
+                                            progress=_progress(args), collection=args.collection)
+        finally:
+            store.close()
+    finally:
+        cluster.disconnect()
+    _print(args, {**report.__dict__, "changes": report.changes}, _report_text(args, report))
+    return 0
+
+
+def _progress(args: argparse.Namespace) -> bool | Callable[[int, int], None]:
+    if args.quiet:
+        return False
+    return True if sys.stderr.isatty() else every(PROGRESS_SECONDS)
 
 
 PROGRESS_SECONDS = 10.0  # without a terminal (logs, CI): one progress line at most this often

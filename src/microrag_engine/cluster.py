@@ -1,0 +1,374 @@
+"""Ingest on a Ray cluster: workers load, guard, chunk and embed; this process writes.
+
+In:  a Ray address (``connect``), then paths, a ``Store``, settings (``ingest_cluster``).
+Out: a ``ClusterReport``: an ``IngestReport`` plus the worker processes that ran tasks.
+
+The driver lists the files (names only: cheap) and sends shards of them to Ray tasks
+that load, map ids, check hashes, apply DLP and chunk (``ingest.prepare_files``). It
+takes their documents in file order and groups the changed ones for embedding exactly
+as a local ingest does (an embedder's vectors can depend on the texts embedded with
+them), sends each group to an embed task, and writes the vectors through the same
+``Ingestion`` a local ingest uses (whole documents per transaction, content hashes that
+make a rerun skip what landed), in order whatever order tasks end in: the index is the
+one a local ingest of the same paths builds. Tasks write nothing, so a task whose worker
+dies is simply run again by Ray (``MAX_RETRIES``); if the driver dies, running the
+command again skips what was committed and finishes the rest. At most ``2 x CPUs`` tasks
+of each kind are in flight or waiting, so memory stays bounded whatever the corpus size.
+
+Workers import this package: every node needs ``pip install 'microrag-engine[models,cluster]'``
+(same versions as the driver) and the corpus at the same path (a shared filesystem).
+Ray is imported lazily: the rest of the package works without the ``cluster`` extra.
+"""
+
+from __future__ import annotations
+
+import logging
+import math
+import os
+import socket
+from collections import deque
+from collections.abc import Callable, Iterable, Iterator
+from contextlib import contextmanager
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+
+from . import ingest
+from .config import Settings, cluster_test_hooks
+from .errors import ConfigError, MicroRAGError
+from .index.embed import Embedder, make_embedder
+from .ingest import (
+    COMMIT_CHUNKS,
+    Corpus,
+    Ingestion,
+    IngestReport,
+    Plan,
+    Prepared,
+    Source,
+    Ticker,
+    attach_vectors,
+    clash,
+    embed_texts,
+    prepare_files,
+)
+from .store.base import Store
+
+INSTALL = "distributed ingest needs Ray: pip install 'microrag-engine[cluster]'"
+MAX_RETRIES = 3  # runs of a task after its worker (or node) died, before the ingest fails
+MAX_FILES_PER_TASK = 64
+TASKS_PER_CPU = 4  # shards per worker CPU, when the corpus has files enough: stragglers stay short
+CONNECT_TIMEOUT = 5.0  # seconds to reach the head's port before saying it is unreachable
+
+log = logging.getLogger("microrag")
+
+
+@dataclass
+class ClusterReport(IngestReport):
+    """An ``IngestReport`` plus where the work ran."""
+
+    tasks: int = 0
+    workers: list[str] = field(default_factory=list)  # "host:pid" of each worker process that returned a result
+
+    def summary(self) -> str:
+        hosts = {w.rsplit(":", 1)[0] for w in self.workers}
+        return (super().summary() + f"; {self.tasks} Ray task(s) on {len(self.workers)} worker process(es), "
+                f"{len(hosts)} node(s)")
+
+
+def _ray() -> Any:
+    try:
+        import ray
+    except ImportError:
+        raise MicroRAGError(INSTALL) from None
+    return ray
+
+
+def connect(address: str) -> None:
+    """Join the Ray cluster at ``address`` (``HOST:PORT`` of the head, ``ray://HOST:PORT`` for
+    Ray Client, or ``auto``: the cluster this machine belongs to). Never starts one. An address
+    nobody answers at is one line of error, quickly, before anything is read or written."""
+    ray = _ray()
+    if ray.is_initialized():
+        return
+    if address != "auto":
+        host, _, port = address.removeprefix("ray://").rpartition(":")
+        if not host or not port.isdigit():
+            raise ConfigError(f"--cluster {address!r}: give the head's HOST:PORT, ray://HOST:PORT or auto")
+        try:
+            socket.create_connection((host.strip("[]"), int(port)), timeout=CONNECT_TIMEOUT).close()
+        except OSError as exc:
+            raise MicroRAGError(f"cannot reach a Ray cluster at {address} ({exc.strerror or exc}); start one with "
+                                "'ray start --head' (README, \"Ingest past one machine\")") from None
+    try:
+        ray.init(address=address, logging_level=logging.ERROR, log_to_driver=False)
+    except Exception as exc:  # Ray raises ConnectionError, ValueError, RuntimeError... for the same thing
+        if "ray[client]" in str(exc):
+            raise MicroRAGError("ray:// addresses need Ray Client: pip install 'ray[client]' (or run the command on a "
+                                "node of the cluster with --cluster HOST:PORT)") from None
+        raise MicroRAGError(f"cannot connect to the Ray cluster at {address}: {_one_line(exc)}") from None
+    _errors_to_log()
+
+
+def _errors_to_log() -> None:
+    """Ray prints the cluster's error messages (a worker died...) on this process's stdout,
+    where ``--json`` output goes; say them as one-line warnings on stderr instead."""
+    try:
+        from ray._private import worker
+    except ImportError:  # another Ray layout: its messages stay where Ray puts them
+        return
+
+    def say(data: dict[str, Any], ignore_prefix: bool = False) -> None:
+        for line in data.get("lines") or []:
+            if str(line).strip():
+                log.warning("ray: %s", str(line).strip().splitlines()[0][:300])
+                break
+
+    worker.print_to_stdstream = say
+
+
+def disconnect() -> None:
+    ray = _ray()
+    if ray.is_initialized():
+        ray.shutdown()
+
+
+# ---------------------------------------------------------------- the worker side
+
+@dataclass
+class ShardResult:
+    """What a prepare task hands back: per document, its id (unchanged) or its ``Prepared``
+    chunks; what the loader warned about; which process did it."""
+
+    items: list[Prepared | str]
+    warnings: list[str]
+    worker: str
+
+
+_PLANS: dict[str, Plan] = {}  # per worker process: the plan of the ingest it works for (one at a time)
+_EMBEDDERS: dict[str, Embedder] = {}  # per worker process: loading a model costs ~0.5 s
+
+
+def prepare_shard(shard: list[tuple[Source, Path, str]], plan_box: list[Any], die_marker: str = "") -> ShardResult:
+    """A Ray task: ``prepare_files`` over ``shard``. The plan comes as a reference in a list (so
+    Ray does not fetch it for every task) and is fetched once per worker process."""
+    _maybe_die(die_marker)
+    ref = plan_box[0]
+    plan = _PLANS.get(ref.hex())
+    if plan is None:
+        _PLANS.clear()
+        plan = _PLANS[ref.hex()] = _ray().get(ref)
+    with _warnings() as warned:
+        items = prepare_files(shard, plan, _embedder(plan.settings.embedder).count_tokens)
+    return ShardResult(items, warned, _me())
+
+
+def embed_batch(texts: list[str], embedder: str, die_marker: str = "") -> tuple[np.ndarray, str]:
+    """A Ray task: one ``embed_texts`` call, the same group of texts a local ingest embeds together."""
+    _maybe_die(die_marker)
+    return embed_texts(texts, _embedder(embedder)), _me()
+
+
+def _embedder(name: str) -> Embedder:
+    if name not in _EMBEDDERS:
+        _EMBEDDERS[name] = make_embedder(name)
+    return _EMBEDDERS[name]
+
+
+def _me() -> str:
+    return f"{socket.gethostname()}:{os.getpid()}"
+
+
+def _maybe_die(marker: str) -> None:
+    if marker and not os.path.exists(marker):  # the test hook: this worker dies, once
+        Path(marker).write_text(str(os.getpid()))
+        os._exit(1)
+
+
+class _Collect(logging.Handler):
+    def __init__(self) -> None:
+        super().__init__(logging.WARNING)
+        self.lines: list[str] = []
+
+    def emit(self, record: logging.LogRecord) -> None:
+        self.lines.append(record.getMessage())
+
+
+@contextmanager
+def _warnings() -> Iterator[list[str]]:
+    """The loader's warnings in a task, to be said by the driver (worker logs go nowhere)."""
+    handler = _Collect()
+    log.addHandler(handler)
+    try:
+        yield handler.lines
+    finally:
+        log.removeHandler(handler)
+
+
+# ---------------------------------------------------------------- the driver side
+
+def ingest_cluster(
+    store: Store,
+    paths: Iterable[str | Path],
+    settings: Settings,
+    label: str | None = None,
+    prune: bool = False,
+    principal: str | None = None,
+    progress: bool | Callable[[int, int], None] = False,
+    collection: str | None = None,
+    files_per_task: int = 0,
+    commit_chunks: int = COMMIT_CHUNKS,
+) -> ClusterReport:
+    """``ingest_paths`` with the loading, chunking and embedding done by Ray tasks on the
+    cluster ``connect`` joined; this process writes. Same arguments, same resulting index."""
+    ray = _ray()
+    if not ray.is_initialized():
+        raise MicroRAGError("not connected to a Ray cluster: call cluster.connect(address) first")
+    die_marker, test_commit = cluster_test_hooks()
+    settings.validate()
+    corpus = Corpus.resolve(store, paths, settings, collection)
+    run = Ingestion(store, settings, make_embedder(settings.embedder).dim, label, principal, corpus.roots,
+                    commit_chunks=test_commit or commit_chunks)
+    cpus = max(1, int(ray.cluster_resources().get("CPU", 1)))
+    size = files_per_task or max(1, min(MAX_FILES_PER_TASK, math.ceil(len(corpus.files) / (TASKS_PER_CPU * cpus))))
+    shards = [corpus.files[i:i + size] for i in range(0, len(corpus.files), size)]
+    flow = _Flow(ray, run, corpus, shards, 2 * cpus, die_marker)
+    ticker = Ticker(progress, len(corpus.files), "file")
+    try:
+        flow.run(ticker)
+        report = run.finish(corpus.deletions(prune))
+    except BaseException:
+        flow.cancel()
+        run.abandon()
+        raise
+    finally:
+        ticker.close()
+    out = ClusterReport(**vars(report), tasks=flow.tasks, workers=sorted(flow.workers))
+    out.gone = [] if prune else corpus.missing
+    return out
+
+
+class _Flow:
+    """The driver's loop. Prepare tasks (one per shard of files) return prepared documents;
+    taken in shard order, they form embedding groups exactly as ``stream_documents`` forms
+    them (``EMBED_CHUNKS``); embed tasks return each group's vectors, written in group order.
+    So the writes, and the vectors, do not depend on which task ends first. At most
+    ``window`` tasks of each kind are in flight or waiting to be taken: memory is bounded."""
+
+    def __init__(self, ray: Any, run: Ingestion, corpus: Corpus, shards: list[list[tuple[Source, Path, str]]],
+                 window: int, die_marker: str) -> None:
+        self.ray, self.ingestion, self.corpus, self.shards, self.window, self.die = ray, run, corpus, shards, window, die_marker
+        opts = {"num_cpus": 1, "max_retries": MAX_RETRIES, "retry_exceptions": False}
+        self.prepare = ray.remote(prepare_shard).options(**opts)
+        self.embed = ray.remote(embed_batch).options(**opts)
+        self.plan_box = [ray.put(self.ingestion.plan)]
+        self.pending: dict[Any, tuple[str, int]] = {}  # task -> ("prepare", shard) | ("embed", group)
+        self.prepared: dict[int, ShardResult] = {}  # ended, not yet taken
+        self.vectors: dict[int, np.ndarray] = {}  # ended, not yet written
+        self.groups: dict[int, list[Prepared]] = {}  # formed, not yet written
+        self.queued: deque[int] = deque()  # groups formed, not yet sent
+        self.batch: list[Prepared] = []
+        self.sent = self.taken = self.formed = self.written = self.embedding = self.files_done = self.tasks = 0
+        self.seen: set[str] = set()
+        self.workers: set[str] = set()
+        self.said: set[str] = set()
+
+    def run(self, ticker: Ticker) -> None:
+        ray = self.ray
+        while True:
+            while self.queued and self.embedding < self.window:
+                n = self.queued.popleft()
+                texts = [c.text for p in self.groups[n] for c in p.chunks]
+                self.pending[self.embed.remote(texts, self.ingestion.plan.settings.embedder, self.die)] = ("embed", n)
+                self.embedding += 1
+                self.tasks += 1
+            while (self.sent < len(self.shards) and self.sent - self.taken < self.window
+                   and len(self.queued) < self.window):
+                self.pending[self.prepare.remote(self.shards[self.sent], self.plan_box, self.die)] = ("prepare", self.sent)
+                self.sent += 1
+                self.tasks += 1
+            if not self.pending:
+                break
+            done, _ = ray.wait(list(self.pending), num_returns=1)
+            for ref in done:
+                kind, n = self.pending.pop(ref)
+                if kind == "prepare":
+                    self.prepared[n] = _result(ray, ref, _files(self.shards[n]))
+                else:
+                    self.embedding -= 1
+                    docs = [p.record.doc for p in self.groups[n]]
+                    self.vectors[n], worker = _result(ray, ref, f"the chunks of {_some(docs, 'document')}")
+                    self.workers.add(worker)
+            while self.taken in self.prepared:
+                self._take(self.prepared.pop(self.taken))
+                self.files_done += len(self.shards[self.taken])
+                self.taken += 1
+                ticker.tick(self.files_done)
+            if self.taken == len(self.shards) and self.batch:
+                self._form()  # the last, partial group
+            while self.written in self.vectors:
+                self.ingestion.write(attach_vectors(self.groups.pop(self.written), self.vectors.pop(self.written)))
+                self.written += 1
+        assert self.taken == len(self.shards) and self.written == self.formed, "the flow ended early"
+
+    def _take(self, result: ShardResult) -> None:
+        """One shard's documents into the report and the embedding groups, in corpus order."""
+        self.workers.add(result.worker)
+        for line in result.warnings:
+            if line not in self.said:
+                self.said.add(line)
+                log.warning("%s", line)
+        for item in result.items:
+            doc = item if isinstance(item, str) else item.record.doc
+            if doc in self.seen:
+                raise clash(doc)
+            self.seen.add(doc)
+            self.corpus.loaded.add(doc)
+            if isinstance(item, str):
+                self.ingestion.unchanged(doc)
+                continue
+            self.ingestion.count(doc, len(item.chunks), item.findings, item.replaces)
+            self.batch.append(item)
+            if sum(len(p.chunks) for p in self.batch) >= ingest.EMBED_CHUNKS:
+                self._form()
+
+    def _form(self) -> None:
+        self.groups[self.formed], self.batch = self.batch, []
+        self.queued.append(self.formed)
+        self.formed += 1
+
+    def cancel(self) -> None:
+        for ref in self.pending:
+            try:
+                self.ray.cancel(ref, force=True)
+            except Exception:  # noqa: S110 - already ended, or the cluster is gone: nothing left to stop
+                pass
+
+
+def _result(ray: Any, ref: Any, what: str) -> Any:
+    """A task's result, or its failure as one line: the task's own error if it raised one of
+    ours (a clash of ids, say); else what went wrong and on which files."""
+    try:
+        return ray.get(ref)
+    except ray.exceptions.RayTaskError as exc:
+        cause = getattr(exc, "cause", None)
+        if isinstance(cause, MicroRAGError):
+            raise cause from None
+        raise MicroRAGError(f"a Ray task failed on {what}: {_one_line(cause or exc)}") from None
+    except ray.exceptions.RayError as exc:  # the worker or its node died, more often than MAX_RETRIES
+        raise MicroRAGError(f"Ray lost the task for {what} {MAX_RETRIES + 1} times ({type(exc).__name__}); "
+                            "what was committed stays: run the command again to finish") from None
+
+
+def _files(shard: list[tuple[Source, Path, str]]) -> str:
+    return _some([str(path) for _, path, _ in shard], "file")
+
+
+def _some(names: list[str], kind: str) -> str:
+    return names[0] + (f" and {len(names) - 1} more {kind}(s)" if len(names) > 1 else "")
+
+
+def _one_line(exc: BaseException) -> str:
+    text = str(exc).strip()
+    return (text.splitlines()[0] if text else type(exc).__name__)[:300]
