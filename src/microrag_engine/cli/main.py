@@ -18,6 +18,7 @@ exits non-zero; it never prints a traceback.
 from __future__ import annotations
 
 import argparse
+import importlib
 import logging
 import os
 import sys
@@ -25,13 +26,21 @@ from collections.abc import Sequence
 
 from .. import __version__
 from ..errors import MicroRAGError
-from . import chat, index, keys, lab, mcp, query, serve, verify
-from . import eval as eval_cmd
 
 log = logging.getLogger("microrag")
 
+# Command -> the module that declares it. A run imports only its command's module (a query
+# does not load the server, the evaluator or the red-team lab: part of a fast start);
+# help, and anything unrecognised, loads them all.
+GROUPS = ("query", "chat", "verify", "index", "serve", "mcp", "keys", "lab", "eval")
+COMMANDS = {"retrieve": "query", "ask": "query", "rank": "query", "chat": "chat", "verify": "verify",
+            "ingest": "index", "delete": "index", "check": "index", "documents": "index", "index": "index",
+            "serve": "serve", "mcp": "mcp", "keys": "keys", "compliant-llm": "lab", "local-llm": "lab",
+            "redteam": "lab", "eval": "eval"}
 
-def build_parser() -> argparse.ArgumentParser:
+
+def build_parser(argv: Sequence[str] | None = None) -> argparse.ArgumentParser:
+    """The parser; with ``argv`` naming a command, only that command's group is declared."""
     parser = argparse.ArgumentParser(
         prog="microrag",
         description="microRAG: chunk -> index (keyword + embedding) -> hybrid retrieve -> augment -> generate.",
@@ -46,8 +55,10 @@ def build_parser() -> argparse.ArgumentParser:
     )
     parser.add_argument("--version", action="version", version=f"microrag {__version__}")
     sub = parser.add_subparsers(dest="command", metavar="COMMAND", required=True)
-    for group in (query, chat, verify, index, serve, mcp, keys, lab, eval_cmd):
-        group.register(sub)
+    first = next((a for a in argv or () if not a.startswith("-")), None)
+    needed = GROUPS if argv is None or first not in COMMANDS else (COMMANDS[first],)
+    for group in needed:
+        importlib.import_module(f"{__package__}.{group}").register(sub)
     return parser
 
 
@@ -57,7 +68,8 @@ class _StderrFormatter(logging.Formatter):
 
 
 def main(argv: Sequence[str] | None = None) -> int:
-    args = build_parser().parse_args(argv)
+    argv = list(sys.argv[1:] if argv is None else argv)
+    args = build_parser(argv).parse_args(argv)
     handler = logging.StreamHandler(sys.stderr)
     handler.setFormatter(_StderrFormatter())
     log.handlers[:] = [handler]

@@ -9,13 +9,16 @@ from __future__ import annotations
 
 import argparse
 import sys
+from typing import TYPE_CHECKING
 
-from ..client import Client
 from ..config import CHUNKERS, CONDENSERS, DEFAULT_INDEX, DLP_MODES, FUSIONS, PRESETS, VERIFY_POLICIES, Settings, api_key, override, preset
 from ..engine import Engine, demo_corpus
 from ..errors import MicroRAGError
 from ..store import default_location, open_store, store_exists
 from ..store.base import DocFilter
+
+if TYPE_CHECKING:
+    from ..client import Client
 
 
 def diag(msg: str) -> None:
@@ -147,6 +150,8 @@ def client_for(args: argparse.Namespace) -> Client | None:
             why = ("your key's clearance decides what you may read" if name == "labels"
                    else "the server answers from its own index with its own settings")
             raise MicroRAGError(f"{flag} does nothing with --target: {why}; leave {flag} out")
+    from ..client import Client  # only with --target: a local query never loads the client
+
     return Client(args.target, api_key=given.get("key") or api_key() or None)
 
 

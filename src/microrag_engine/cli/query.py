@@ -12,10 +12,9 @@ from __future__ import annotations
 import argparse
 import json
 import sys
-from typing import TextIO
+from typing import TYPE_CHECKING, TextIO
 
 from ..augment import citation
-from ..client import Client, Delta, Done, Sources, to_hit
 from ..config import LLMConfig
 from ..errors import MicroRAGError
 from ..generate import is_refusal
@@ -37,6 +36,9 @@ from .options import (
     remote_filters,
 )
 from .verify import verdict_line
+
+if TYPE_CHECKING:  # the client loads only with --target
+    from ..client import Client
 
 
 def register(sub: argparse._SubParsersAction) -> None:
@@ -121,6 +123,8 @@ def cmd_retrieve(args: argparse.Namespace) -> int:
 
 
 def _retrieve_remote(args: argparse.Namespace, client: Client) -> int:
+    from ..client import to_hit
+
     where, exclude = remote_filters(args)
     found = client.search(args.query, top_k=args.top_k, where=where, exclude=exclude)
     if args.json:  # the server's hits as sent (they carry label and provenance too)
@@ -190,6 +194,8 @@ def cmd_ask(args: argparse.Namespace) -> int:
 
 def _ask_remote(args: argparse.Namespace, client: Client) -> int:
     """``ask --target``: the server's answer, streamed as it arrives, printed as ``ask`` prints."""
+    from ..client import Delta, Done, Sources, to_hit
+
     where, exclude = remote_filters(args)
     verify = True if args.verify else None  # without --verify: the server's default
     if not args.quiet:

@@ -16,9 +16,12 @@ import json
 from collections.abc import Sequence
 from functools import lru_cache
 from pathlib import Path
-from typing import Protocol
+from typing import TYPE_CHECKING, Protocol
 
 import numpy as np
+
+if TYPE_CHECKING:
+    from tokenizers import Tokenizer
 
 from ..config import minilm_files
 from ..errors import ConfigError, ModelMissingError
@@ -134,9 +137,8 @@ class MiniLMEmbedder:
         self.tokenizer.no_padding()
         self._vocabulary: frozenset[str] | None = None
         self.tokenizer.enable_truncation(max_length)
-        self.counter = Tokenizer.from_file(str(tok))  # untruncated, for chunk budgets
-        self.counter.no_truncation()
-        self.counter.no_padding()
+        self._tokenizer_file = tok
+        self._counter: Tokenizer | None = None  # see counter
         self.session = ort_session(graph, disabled_optimizers=ORT_DISABLED)
         self.inputs = {i.name for i in self.session.get_inputs()}
 
@@ -144,6 +146,19 @@ class MiniLMEmbedder:
         if self._vocabulary is None:  # WordPiece: whole words are the entries without "##"
             self._vocabulary = frozenset(w for w in self.tokenizer.get_vocab() if w.isalpha() and not w.startswith("##"))
         return self._vocabulary
+
+    @property
+    def counter(self) -> Tokenizer:
+        """The tokenizer without truncation, for chunk budgets: loaded on first use (~20 ms),
+        so a process that only queries never loads it."""
+        if self._counter is None:
+            from tokenizers import Tokenizer
+
+            counter = Tokenizer.from_file(str(self._tokenizer_file))
+            counter.no_truncation()
+            counter.no_padding()
+            self._counter = counter
+        return self._counter
 
     def count_tokens(self, text: str) -> int:
         return len(self.counter.encode(text).ids)
@@ -154,11 +169,15 @@ class MiniLMEmbedder:
             return out
         # Sort by length and cap tokens per batch, so little is padding; long passages
         # run one or two per batch, short texts (queries) many.
-        lengths = [len(e.ids) for e in self.counter.encode_batch(list(texts))]
+        if self.one_text_per_run:
+            for i, text in enumerate(texts):
+                out[i] = self._embed_batch([text])[0]
+            return out
+        lengths = [len(e.ids) for e in self.tokenizer.encode_batch(list(texts))]  # truncated: what a batch holds
         order = sorted(range(len(texts)), key=lambda i: lengths[i])
         batch: list[int] = []
         for i in order:
-            if batch and (self.one_text_per_run or (len(batch) + 1) * min(lengths[i], self.max_length) > self.batch_tokens):
+            if batch and (len(batch) + 1) * lengths[i] > self.batch_tokens:
                 out[batch] = self._embed_batch([texts[j] for j in batch])
                 batch = []
             batch.append(i)
