@@ -302,3 +302,24 @@ def test_documents_prepared_elsewhere_in_any_split_land_as_a_local_ingest_lands_
     assert abs(a.vectors - b.vectors).max() < 1e-6 and split.check() == []
     again = ingest_paths(split, [docs], settings)  # the local path sees the same index: nothing to redo
     assert again.changes == 0 and len(again.unchanged) == 9
+
+
+def test_a_new_embedder_build_is_named_at_open_and_reembeds_everything_on_the_next_ingest(store, tmp_path, monkeypatch,
+                                                                                         caplog):
+    from microrag_engine.index.embed import make_embedder
+
+    docs = write(tmp_path / "docs", {"a.md": body("alpha setup"), "b.md": body("beta cors")})
+    ingest_paths(store, [docs], SEED)
+    embedder = make_embedder(SEED.embedder)  # the process's (cached) instance
+    assert store.meta()["embedder_digest"] == embedder.digest == "hash-128"
+    monkeypatch.setattr(embedder, "digest", "hash-next-build")  # what a new release's graph looks like
+    with caplog.at_level("WARNING", logger="microrag"):
+        Engine.from_store(store, SEED)
+    assert "re-embed" in caplog.text and "hash-next-build" in caplog.text
+    again = ingest_paths(store, [docs], SEED)
+    assert sorted(again.changed) == ["docs/a.md", "docs/b.md"]  # re-embedded, not skipped as unchanged
+    assert store.meta()["embedder_digest"] == "hash-next-build"
+    caplog.clear()
+    with caplog.at_level("WARNING", logger="microrag"):
+        Engine.from_store(store, SEED)
+    assert "re-embed" not in caplog.text

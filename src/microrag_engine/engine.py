@@ -29,7 +29,7 @@ from .index.ann import HNSW, faiss_available
 from .index.embed import make_embedder
 from .index.keyword import BM25Scorer, KeywordScorer, make_keyword
 from .index.saved import ChunkTable, SavedRecords, open_saved, save
-from .ingest import check_compatible, guarded, title_of
+from .ingest import check_compatible, embedder_drift, guarded, title_of
 from .load import SUPPORTED, load_documents
 from .retrieve import rank_candidates, retrieve
 from .retrieve.cap import long_doc_penalty
@@ -104,16 +104,20 @@ class Engine:
         if remote:
             if settings.keyword != "bm25" or not isinstance(store, SearchableStore):
                 raise ConfigError("database-side retrieval needs a Postgres store and keyword='bm25'")
-            check_compatible(store.meta(), settings)
+            meta = store.meta()
+            check_compatible(meta, settings)
             records = store.documents()
             if not records:
                 raise CorpusError("the index is empty; add documents with: microrag ingest PATH")
             embedder = make_embedder(settings.embedder)
+            _warn_drift(meta, embedder.digest)
             index = Index([], None, embedder, np.zeros((0, embedder.dim), dtype=np.float32))
             return cls(settings, index, [Document(d, "") for d in records], labels=[], generation=store.generation(),
                        store=store, records=records)
-        check_compatible(store.meta(), settings)
+        meta = store.meta()
+        check_compatible(meta, settings)
         embedder = make_embedder(settings.embedder)
+        _warn_drift(meta, embedder.digest)
         generation = store.generation()
         expect = {"generation": generation, "keyword": settings.keyword == "bm25", "k1": settings.k1, "b": settings.b,
                   "embedder": embedder.name, "dim": embedder.dim}
@@ -454,3 +458,14 @@ def _row_record(row: list) -> DocRecord:
     doc, content_hash, label, principal, origin, ingested_at, n_chunks, collection, meta = row
     return DocRecord(doc, content_hash, label, principal, origin, ingested_at, int(n_chunks), collection,
                      tuple((str(k), str(v)) for k, v in meta.items()))
+
+
+_drift_warned: set[str] = set()
+
+
+def _warn_drift(meta: dict[str, str], digest: str) -> None:
+    """Say once per process when an index's vectors came from another build of the embedder."""
+    message = embedder_drift(meta, digest)
+    if message and message not in _drift_warned:
+        _drift_warned.add(message)
+        log.warning(message)

@@ -73,11 +73,28 @@ def sha256(text: str) -> str:
     return hashlib.sha256(text.encode("utf-8")).hexdigest()
 
 
-def bound_meta(settings: Settings, dim: int) -> dict[str, str]:
-    """The settings an index is bound to, as stored strings."""
+def bound_meta(settings: Settings, dim: int, digest: str = "") -> dict[str, str]:
+    """The settings an index is bound to, as stored strings, and which build of the embedder
+    (its graph's digest) made the vectors."""
     meta = {k: str(getattr(settings, k)) for k in BOUND_SETTINGS}
     meta["dim"] = str(dim)
+    if digest:
+        meta[DIGEST_KEY] = digest
     return meta
+
+
+DIGEST_KEY = "embedder_digest"
+
+
+def embedder_drift(meta: dict[str, str], digest: str) -> str:
+    """A warning when an index's vectors came from another build of its embedder ("" if not)."""
+    recorded = meta.get(DIGEST_KEY, "")
+    if not meta.get("embedder") or recorded == digest:
+        return ""
+    made = f"graph {recorded}" if recorded else "an older build"
+    return (f"this index's vectors were made by {made} of the {meta['embedder']} embedder, and queries now use "
+            f"graph {digest}: ranking still works, but run 'microrag ingest' on its folders again to re-embed "
+            "them (every document is re-embedded once)")
 
 
 def check_compatible(meta: dict[str, str], settings: Settings) -> None:
@@ -197,14 +214,16 @@ class Plan:
     now: str = ""
     roots: dict[str, str] = field(default_factory=dict)  # store meta being written (collection roots)
     visible: bool = True
+    digest: str = ""  # the embedder build's digest: vectors from another build are stale
 
     def prepare(self, doc: Document, origin: str, count_tokens: Callable[[str], int]) -> Prepared | None:
         """``doc`` guarded and chunked, or ``None`` when the stored version is the same."""
         settings = self.settings
         # The DLP mode is part of the hash: switching it re-processes every document.
         # So is the stored form's version: documents stored before it re-process once.
+        # And the embedder build: a new graph re-embeds each document on its next ingest.
         text_hash = sha256(doc.text + "\x00" + "\x00".join(c.text for c in doc.prechunked) + "\x00" + settings.dlp
-                           + "\x00" + STORE_FORM)
+                           + "\x00" + STORE_FORM + "\x00" + self.digest)
         doc_label = _doc_label(doc, self.label)
         old = self.existing.get(doc.path)
         if old and old.content_hash == text_hash and old.label == doc_label:
@@ -380,10 +399,11 @@ class Ingestion:
         self.meta = store.meta()
         check_compatible(self.meta, settings)
         self.extra_meta = dict(extra_meta or {})
+        digest = make_embedder(settings.embedder).digest  # which build embeds (cached: loaded once per process)
         self.plan = Plan(settings, store.documents(), label, principal or f"operator:{_user()}",
-                         datetime.now(UTC).isoformat(timespec="seconds"), self.extra_meta, visible)
+                         datetime.now(UTC).isoformat(timespec="seconds"), self.extra_meta, visible, digest)
         self.report = IngestReport()
-        self.writer = Writer(store, {**bound_meta(settings, dim), **self.extra_meta}, commit_chunks)
+        self.writer = Writer(store, {**bound_meta(settings, dim, digest), **self.extra_meta}, commit_chunks)
 
     def unchanged(self, doc: str) -> None:
         self.report.unchanged.append(doc)

@@ -98,8 +98,8 @@ def load_dataset(folder: str | Path, split: str = "test") -> Dataset:
 
 
 def embed_cached(embedder, texts: list[str], cache: Path | None) -> np.ndarray:
-    """Embed ``texts``, reusing ``cache`` (.npz) when it holds the same texts and model."""
-    key = hashlib.sha256(("\x00".join(texts) + "\x01" + embedder.name).encode()).hexdigest()
+    """Embed ``texts``, reusing ``cache`` (.npz) when it holds the same texts and model (name and graph digest)."""
+    key = hashlib.sha256(("\x00".join(texts) + "\x01" + embedder.name + "\x01" + embedder.digest).encode()).hexdigest()
     if cache is not None and cache.exists():
         with np.load(cache) as z:
             if str(z["key"]) == key:
