@@ -262,3 +262,16 @@ def test_without_ray_the_cluster_option_says_what_to_install(tmp_path):
     assert done.returncode != 0 and done.stderr.strip() == (
         "microrag: error: distributed ingest needs Ray: pip install 'microrag-engine[cluster]'")
     assert not (tmp_path / "ix").exists()
+
+
+def test_prune_never_deletes_a_document_whose_file_this_machine_still_sees(tmp_path):
+    from types import SimpleNamespace
+
+    from microrag_engine.cluster import _still_gone
+    from microrag_engine.store.base import DocRecord
+
+    here = tmp_path / "here.md"
+    here.write_text("still here")
+    corpus = SimpleNamespace(existing={"docs/here.md": DocRecord("docs/here.md", "h", origin=str(here)),
+                                       "docs/gone.md": DocRecord("docs/gone.md", "h", origin=str(tmp_path / "gone.md"))})
+    assert _still_gone(["docs/here.md", "docs/gone.md"], corpus) == ["docs/gone.md"]  # type: ignore[arg-type]

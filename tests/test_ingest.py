@@ -304,8 +304,7 @@ def test_documents_prepared_elsewhere_in_any_split_land_as_a_local_ingest_lands_
     assert again.changes == 0 and len(again.unchanged) == 9
 
 
-def test_a_new_embedder_build_is_named_at_open_and_reembeds_everything_on_the_next_ingest(store, tmp_path, monkeypatch,
-                                                                                         caplog):
+def test_a_new_embedder_build_is_named_and_reembeds_everything_on_the_next_ingests(store, tmp_path, monkeypatch):
     from microrag_engine.index.embed import make_embedder
 
     docs = write(tmp_path / "docs", {"a.md": body("alpha setup"), "b.md": body("beta cors")})
@@ -313,13 +312,16 @@ def test_a_new_embedder_build_is_named_at_open_and_reembeds_everything_on_the_ne
     embedder = make_embedder(SEED.embedder)  # the process's (cached) instance
     assert store.meta()["embedder_digest"] == embedder.digest == "hash-128"
     monkeypatch.setattr(embedder, "digest", "hash-next-build")  # what a new release's graph looks like
-    with caplog.at_level("WARNING", logger="microrag"):
-        Engine.from_store(store, SEED)
-    assert "re-embed" in caplog.text and "hash-next-build" in caplog.text
-    again = ingest_paths(store, [docs], SEED)
+    from microrag_engine.ingest import embedder_drift
+
+    assert embedder_drift(store.meta(), "hash-next-build") == ""  # the seed's hashing never changes: no warning
+    minilm_meta = {**store.meta(), "embedder": "minilm", "embedder_digest": "aaaa"}
+    assert "re-embed" in embedder_drift(minilm_meta, "bbbb") and "aaaa" in embedder_drift(minilm_meta, "bbbb")
+    other = write(tmp_path / "other", {"c.md": body("gamma setup")})
+    ingest_paths(store, [other], SEED)  # only part of the index re-embedded: still stale
+    assert store.meta()["embedder_digest"] == "hash-128"
+    again = ingest_paths(store, [docs, other], SEED)  # every folder, in one command, as the warning says
     assert sorted(again.changed) == ["docs/a.md", "docs/b.md"]  # re-embedded, not skipped as unchanged
-    assert store.meta()["embedder_digest"] == "hash-next-build"
-    caplog.clear()
-    with caplog.at_level("WARNING", logger="microrag"):
-        Engine.from_store(store, SEED)
-    assert "re-embed" not in caplog.text
+    assert again.unchanged == ["other/c.md"]  # already this build's (its hash carries the digest)
+    assert store.meta()["embedder_digest"] == "hash-next-build"  # now every document is
+    assert embedder_drift({**minilm_meta, "embedder_digest": "bbbb"}, "bbbb") == ""

@@ -164,10 +164,16 @@ def prepare_shard(shard: list[tuple[Source, Path, str]], plan_box: list[Any], di
     return ShardResult(items, warned, _me())
 
 
-def embed_batch(texts: list[str], embedder: str, die_marker: str = "") -> tuple[np.ndarray, str]:
-    """A Ray task: one ``embed_texts`` call, the same group of texts a local ingest embeds together."""
+def embed_batch(texts: list[str], embedder: str, digest: str, die_marker: str = "") -> tuple[np.ndarray, str]:
+    """A Ray task: one ``embed_texts`` call, the same group of texts a local ingest embeds together.
+    A worker whose embedder is another build than the driver's refuses: its vectors would not
+    match the digest the index records."""
     _maybe_die(die_marker)
-    return embed_texts(texts, _embedder(embedder)), _me()
+    model = _embedder(embedder)
+    if model.digest != digest:
+        raise ConfigError(f"worker {_me()} has embedder build {model.digest}, the driver {digest}: install the same "
+                          "microrag-engine version on every node")
+    return embed_texts(texts, model), _me()
 
 
 def _embedder(name: str) -> Embedder:
@@ -230,14 +236,17 @@ def ingest_cluster(
     corpus = Corpus.resolve(store, paths, settings, collection)
     run = Ingestion(store, settings, make_embedder(settings.embedder).dim, label, principal, corpus.roots,
                     commit_chunks=test_commit or commit_chunks)
-    cpus = max(1, int(ray.cluster_resources().get("CPU", 1)))
+    cpus = int(ray.cluster_resources().get("CPU", 0))
+    if cpus < 1:  # tasks could never be scheduled: waiting would hang
+        raise MicroRAGError("the Ray cluster has no CPUs for tasks (a head started with --num-cpus=0 and no workers?); "
+                            "add workers with: ray start --address HEAD:PORT")
     size = files_per_task or max(1, min(MAX_FILES_PER_TASK, math.ceil(len(corpus.files) / (TASKS_PER_CPU * cpus))))
     shards = [corpus.files[i:i + size] for i in range(0, len(corpus.files), size)]
     flow = _Flow(ray, run, corpus, shards, 2 * cpus, die_marker)
     ticker = Ticker(progress, len(corpus.files), "file")
     try:
         flow.run(ticker)
-        report = run.finish(corpus.deletions(prune))
+        report = run.finish(_still_gone(corpus.deletions(prune), corpus))
     except BaseException:
         flow.cancel()
         run.abandon()
@@ -280,7 +289,8 @@ class _Flow:
             while self.queued and self.embedding < self.window:
                 n = self.queued.popleft()
                 texts = [c.text for p in self.groups[n] for c in p.chunks]
-                self.pending[self.embed.remote(texts, self.ingestion.plan.settings.embedder, self.die)] = ("embed", n)
+                plan = self.ingestion.plan
+                self.pending[self.embed.remote(texts, plan.settings.embedder, plan.digest, self.die)] = ("embed", n)
                 self.embedding += 1
                 self.tasks += 1
             while (self.sent < len(self.shards) and self.sent - self.taken < self.window
@@ -352,13 +362,23 @@ def _result(ray: Any, ref: Any, what: str) -> Any:
     try:
         return ray.get(ref)
     except ray.exceptions.RayTaskError as exc:
-        cause = getattr(exc, "cause", None)
+        cause = exc.cause  # the exception the task raised
         if isinstance(cause, MicroRAGError):
             raise cause from None
         raise MicroRAGError(f"a Ray task failed on {what}: {_one_line(cause or exc)}") from None
     except ray.exceptions.RayError as exc:  # the worker or its node died, more often than MAX_RETRIES
         raise MicroRAGError(f"Ray lost the task for {what} {MAX_RETRIES + 1} times ({type(exc).__name__}); "
                             "what was committed stays: run the command again to finish") from None
+
+
+def _still_gone(deletions: list[str], corpus: Corpus) -> list[str]:
+    """``--prune``'s deletions minus documents whose file this machine still sees: a worker that
+    could not read a file (no shared mount there, a missing extra) must not delete its document."""
+    kept = [d for d in deletions if corpus.existing[d].origin and Path(corpus.existing[d].origin).exists()]
+    if kept:
+        log.warning("kept %d document(s) whose files exist here but no worker could read (%s); fix the workers and "
+                    "run the command again", len(kept), _some(kept, "document"))
+    return [d for d in deletions if d not in kept]
 
 
 def _files(shard: list[tuple[Source, Path, str]]) -> str:

@@ -36,6 +36,7 @@ from .retrieve.cap import long_doc_penalty
 from .retrieve.conversation import Condensed, retrieval_query
 from .runtime.llm import ChatStream
 from .store.base import DocFilter, DocRecord, SearchableStore, Store
+from .text import bm25_fingerprint
 from .tools import FileTool, ToolResult
 from .types import Document, Retrieval, Turn
 from .verify import Verification, verify_with
@@ -119,8 +120,10 @@ class Engine:
         embedder = make_embedder(settings.embedder)
         _warn_drift(meta, embedder.digest)
         generation = store.generation()
-        expect = {"generation": generation, "keyword": settings.keyword == "bm25", "k1": settings.k1, "b": settings.b,
-                  "embedder": embedder.name, "dim": embedder.dim}
+        # What the saved files must have been built from and with; anything else is rebuilt.
+        expect = {"store": store.identity(), "generation": generation, "keyword": settings.keyword == "bm25",
+                  "k1": settings.k1, "b": settings.b, "tokens": bm25_fingerprint(), "embedder": embedder.name,
+                  "dim": embedder.dim}
         saved = open_saved(store.cache_path(f"derived-{generation}"), expect)
         if saved is None:  # first open of this generation: derive from a snapshot, save for next time
             snap = store.snapshot()
@@ -146,7 +149,7 @@ class Engine:
             keyword = make_keyword(settings.keyword, settings.k1, settings.b).fit(saved.chunks.texts())
         cache = store.cache_path(f"hnsw-{generation}.faiss")
         index = Index(saved.chunks, keyword, embedder, saved.vectors, ann=_maybe_ann(saved.vectors, settings, cache))
-        saved_records = SavedRecords(saved.documents, int(saved.manifest["documents"]), _row_record)
+        saved_records = SavedRecords(saved.documents, saved.n_documents, _row_record)
         return cls(settings, index, None, labels=saved.labels, generation=generation, records=saved_records)
 
     @property

@@ -89,12 +89,12 @@ DIGEST_KEY = "embedder_digest"
 def embedder_drift(meta: dict[str, str], digest: str) -> str:
     """A warning when an index's vectors came from another build of its embedder ("" if not)."""
     recorded = meta.get(DIGEST_KEY, "")
-    if not meta.get("embedder") or recorded == digest:
+    if not meta.get("embedder") or recorded == digest or meta["embedder"] == "hash":  # the seed's hashing never changes
         return ""
     made = f"graph {recorded}" if recorded else "an older build"
     return (f"this index's vectors were made by {made} of the {meta['embedder']} embedder, and queries now use "
-            f"graph {digest}: ranking still works, but run 'microrag ingest' on its folders again to re-embed "
-            "them (every document is re-embedded once)")
+            f"graph {digest}: ranking still works, but run 'microrag ingest' again on all its folders, in one command, "
+            "to re-embed them (each document once)")
 
 
 def check_compatible(meta: dict[str, str], settings: Settings) -> None:
@@ -403,7 +403,12 @@ class Ingestion:
         self.plan = Plan(settings, store.documents(), label, principal or f"operator:{_user()}",
                          datetime.now(UTC).isoformat(timespec="seconds"), self.extra_meta, visible, digest)
         self.report = IngestReport()
-        self.writer = Writer(store, {**bound_meta(settings, dim, digest), **self.extra_meta}, commit_chunks)
+        # An index whose vectors another build made keeps saying so (embedder_drift) until
+        # every one of its documents has been re-embedded, not merely the first ingested again.
+        self.digest = digest
+        self.stale = bool(self.meta.get("embedder")) and self.meta.get(DIGEST_KEY) != digest
+        self.writer = Writer(store, {**bound_meta(settings, dim, "" if self.stale else digest), **self.extra_meta},
+                             commit_chunks)
 
     def unchanged(self, doc: str) -> None:
         self.report.unchanged.append(doc)
@@ -422,6 +427,11 @@ class Ingestion:
         report = self.report
         report.removed = sorted(d for d in set(deletions) if d in self.plan.existing and d not in _seen(report))
         force = not self.meta or any(self.meta.get(k) != v for k, v in self.extra_meta.items())
+        # Unchanged means its hash, which includes the embedder's digest, matched: this build's vectors.
+        current = {*report.added, *report.changed, *report.unchanged, *report.removed}
+        if self.stale and all(d in current for d in self.plan.existing):
+            self.writer.meta[DIGEST_KEY] = self.digest  # every vector is now this build's
+            force = True
         report.generation = self.writer.finish(report.removed, force=force)
         return report
 
@@ -484,7 +494,7 @@ def _prepared(docs: Iterable[tuple[Document, str]], plan: Plan,
             yield item  # type: ignore[misc]
     finally:
         stop.set()
-        loader.join()
+        loader.join(timeout=2.0)  # a daemon: one stuck in a long parse must not hold Ctrl-C
 
 
 @dataclass(frozen=True)

@@ -11,6 +11,7 @@
 
 from __future__ import annotations
 
+import hashlib
 import re
 from functools import lru_cache
 
@@ -144,3 +145,17 @@ def bm25_tokens(text: str) -> list[str]:
     stop = _stopwords()
     words = [w for w in WORD_TOKEN.findall(text.lower()) if w not in stop]
     return _stemmer().stemWords(words)
+
+
+@lru_cache(maxsize=1)
+def bm25_fingerprint() -> str:
+    """What ``bm25_tokens`` is, as a short hash: the word pattern, the stop words and the
+    stemmer's version. A saved BM25 matrix is only valid for the same tokeniser."""
+    from importlib.metadata import PackageNotFoundError, version
+
+    try:
+        stemmer = version("PyStemmer")
+    except PackageNotFoundError:
+        stemmer = "?"
+    spec = "\x00".join([WORD_TOKEN.pattern, " ".join(sorted(_stopwords())), stemmer])
+    return hashlib.sha256(spec.encode("utf-8")).hexdigest()[:16]

@@ -46,7 +46,7 @@ def test_an_index_opened_from_its_saved_files_ranks_as_one_derived_from_the_stor
     store = SQLiteStore(tmp_path / "ix")
     ingest_paths(store, [corpus(tmp_path / "docs")], settings)
     first = Engine.from_store(store, settings)  # derives from the store, saves
-    folder = tmp_path / "ix" / f"derived-{store.generation()}"
+    folder = tmp_path / "ix" / f"index.derived-{store.generation()}"
     assert (folder / "manifest.json").exists()
     again = Engine.from_store(store, settings)  # opens the saved files
     assert type(again.index.chunks) is ChunkTable and again.index.chunks._chunks is None  # really the saved columns
@@ -69,7 +69,7 @@ def test_a_new_generation_replaces_the_saved_files_and_is_what_queries_see(tmp_p
     corpus(docs, extra="Zebras are seen at the office on Fridays.\n")
     ingest_paths(store, [docs], settings)
     engine = Engine.from_store(store, settings)
-    assert store.generation() != old and not (tmp_path / "ix" / f"derived-{old}").exists()
+    assert store.generation() != old and not (tmp_path / "ix" / f"index.derived-{old}").exists()
     assert engine.retrieve("zebras at the office").hits[0].chunk.doc.endswith("oncall.md")
     reopened = Engine.from_store(store, settings)
     assert ranked(reopened) == ranked(engine)
@@ -81,7 +81,7 @@ def test_saved_files_built_with_other_settings_or_damaged_are_rebuilt_not_truste
     store = SQLiteStore(tmp_path / "ix")
     ingest_paths(store, [corpus(tmp_path / "docs")], settings)
     Engine.from_store(store, settings)
-    folder = tmp_path / "ix" / f"derived-{store.generation()}"
+    folder = tmp_path / "ix" / f"index.derived-{store.generation()}"
     other = replace(settings, k1=1.5)
     expected = ranked(Engine.from_store(store, other))  # k1 differs: the saved matrix must not be used
     manifest = json.loads((folder / "manifest.json").read_text())
@@ -123,5 +123,94 @@ def test_an_index_on_a_read_only_folder_still_opens(tmp_path, monkeypatch):
     monkeypatch.setattr("microrag_engine.index.saved.Path.mkdir", refuse)
     engine = Engine.from_store(store, settings)
     assert engine.retrieve("rotate the signing key").hits
-    assert not list((tmp_path / "ix").glob("derived-*"))
+    assert not list((tmp_path / "ix").glob("*derived-*"))
+    store.close()
+
+
+def test_document_ids_with_newlines_keep_their_chunks(tmp_path):
+    chunks = [Chunk("pub#0", "pub", 0, 0, 3, "one"), Chunk("x\ny#0", "x\ny", 0, 0, 3, "two"),
+              Chunk("cr\rid#0", "cr\rid", 0, 0, 3, "three"), Chunk("pub2#0", "pub2", 0, 0, 3, "four"),
+              Chunk("secret#0", "secret", 0, 0, 6, "SECRET")]
+    labels = ["public", "public", "public", "public", "restricted"]
+    save(tmp_path / "index.derived-1", {"generation": 1}, ChunkTable.from_chunks(chunks), np.eye(5, dtype=np.float32),
+         labels, None)
+    saved = open_saved(tmp_path / "index.derived-1", {"generation": 1})
+    assert saved is not None and list(saved.chunks) == chunks
+    assert [saved.chunks[int(i)].text for i in np.flatnonzero(saved.chunks.docs() == "pub2")] == ["four"]
+
+
+def test_two_stores_in_one_folder_and_a_replaced_store_never_share_saved_files(tmp_path):
+    settings = preset("default")
+    a, b = SQLiteStore(tmp_path / "a.sqlite"), SQLiteStore(tmp_path / "b.sqlite")
+    ingest_paths(a, [corpus(tmp_path / "docs")], settings)
+    other = tmp_path / "other"
+    other.mkdir()
+    (other / "zebra.md").write_text("# Zebras\n\nZebras graze on the savannah in herds.\n")
+    ingest_paths(b, [other], settings)
+    assert a.generation() == b.generation()  # same generation number, different stores
+    Engine.from_store(a, settings)
+    eb = Engine.from_store(b, settings)
+    assert {c.doc for c in eb.index.chunks} == {"other/zebra.md"}
+    # a store file replaced by a new one (same path, generation counting from 1 again)
+    a.close()
+    (tmp_path / "a.sqlite").unlink()
+    fresh = SQLiteStore(tmp_path / "a.sqlite")
+    ingest_paths(fresh, [other], settings)
+    assert {c.doc for c in Engine.from_store(fresh, settings).index.chunks} == {"other/zebra.md"}
+    b.close()
+    fresh.close()
+
+
+def test_cleanup_touches_only_this_stores_own_derived_files(tmp_path):
+    settings = preset("default")
+    mine = tmp_path / "derived-data"  # a user's folder that merely looks like a cache name
+    mine.mkdir()
+    (mine / "keep.txt").write_text("mine")
+    store = SQLiteStore(tmp_path / "kb.sqlite")
+    ingest_paths(store, [corpus(tmp_path / "docs")], settings)
+    Engine.from_store(store, settings)
+    ingest_paths(store, [corpus(tmp_path / "docs", extra="More text.\n")], settings)
+    Engine.from_store(store, settings)
+    assert (mine / "keep.txt").read_text() == "mine"
+    assert [p.name for p in tmp_path.glob("kb.derived-*")] == [f"kb.derived-{store.generation()}"]
+    store.close()
+
+
+def test_a_truncated_file_in_the_saved_folder_means_a_rebuild_not_a_crash(tmp_path):
+    settings = preset("default")
+    store = SQLiteStore(tmp_path / "ix")
+    ingest_paths(store, [corpus(tmp_path / "docs")], settings)
+    expected = ranked(Engine.from_store(store, settings))
+    folder = tmp_path / "ix" / f"index.derived-{store.generation()}"
+    for name in ("label_of.npy", "vectors.npy", "docs.json"):
+        (folder / name).write_bytes(b"")  # what a power cut can leave
+        assert ranked(Engine.from_store(store, settings)) == expected
+    store.close()
+
+
+def test_a_changed_tokeniser_means_a_rebuild(tmp_path, monkeypatch):
+    settings = preset("default")
+    store = SQLiteStore(tmp_path / "ix")
+    ingest_paths(store, [corpus(tmp_path / "docs")], settings)
+    Engine.from_store(store, settings)
+    folder = tmp_path / "ix" / f"index.derived-{store.generation()}"
+    before = json.loads((folder / "manifest.json").read_text())["tokens"]
+    monkeypatch.setattr("microrag_engine.engine.bm25_fingerprint", lambda: "another-tokeniser")
+    Engine.from_store(store, settings)
+    assert before != "another-tokeniser" == json.loads((folder / "manifest.json").read_text())["tokens"]
+    store.close()
+
+
+def test_threads_racing_to_the_first_query_all_see_the_full_index(tmp_path):
+    from concurrent.futures import ThreadPoolExecutor
+
+    settings = preset("default")
+    store = SQLiteStore(tmp_path / "ix")
+    ingest_paths(store, [corpus(tmp_path / "docs")], settings)
+    expected = ranked(Engine.from_store(store, settings))
+    for _ in range(5):
+        engine = Engine.from_store(store, settings)  # lazy vocabulary and records, not yet read
+        with ThreadPoolExecutor(8) as pool:
+            got = list(pool.map(lambda _: (ranked(engine), len(dict(engine.records))), range(8)))
+        assert all(g == (expected, 4) for g in got)
     store.close()

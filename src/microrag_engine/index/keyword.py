@@ -170,7 +170,7 @@ class BM25Scorer:
         out = np.zeros(self.n, dtype=self.data.dtype)
         for t in bm25_tokens(query):
             i = vocab.get(t)
-            if i is not None:
+            if i is not None and i + 1 < len(self.indptr):  # bm25s' "" entry has no column
                 lo, hi = int(self.indptr[i]), int(self.indptr[i + 1])
                 np.add.at(out, self.indices[lo:hi], self.data[lo:hi])
         return out.astype(np.float64)

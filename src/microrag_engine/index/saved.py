@@ -16,15 +16,17 @@ import json
 import operator
 import os
 import shutil
+import threading
+import uuid
 from collections.abc import Callable, Iterator, Mapping, Sequence
 from pathlib import Path
-from typing import SupportsIndex, TextIO, TypeVar, overload
+from typing import Any, SupportsIndex, TypeVar, overload
 
 import numpy as np
 
 from ..types import Chunk
 
-SAVED_FORMAT = 1
+SAVED_FORMAT = 2  # 2: names and terms as JSON, counts checked
 MANIFEST = "manifest.json"
 
 
@@ -68,6 +70,8 @@ class ChunkTable(Sequence[Chunk]):
             return self._chunks[i]
         if i < 0:
             i += len(self)
+        if not 0 <= i < len(self):
+            raise IndexError("chunk index out of range")
         doc = self.doc_names[int(self.doc_of[i])]
         index, start, end, page = (int(x) for x in self.spans[i])
         return Chunk(f"{doc}#{index}", doc, index, start, end, self._text(i), page)
@@ -91,35 +95,37 @@ class ChunkTable(Sequence[Chunk]):
 
 def save(folder: Path, manifest: dict[str, object], chunks: ChunkTable, vectors: np.ndarray, labels: Sequence[str],
          keyword: tuple[dict[str, np.ndarray], list[str]] | None, records: Sequence[list] = ()) -> None:
-    """Write everything ``open_saved`` reads into ``folder``, atomically (temp folder, rename)."""
-    tmp = folder.with_name(f"{folder.name}.tmp-{os.getpid()}")
-    shutil.rmtree(tmp, ignore_errors=True)
+    """Write everything ``open_saved`` reads into ``folder``: every file synced, then the
+    whole folder renamed into place (a reader, or a power cut, sees all of it or none)."""
+    tmp = folder.with_name(f"{folder.name}.tmp-{os.getpid()}-{uuid.uuid4().hex[:8]}")
     tmp.mkdir(parents=True)
     try:
         encoded = [chunks._text(i).encode("utf-8") for i in range(len(chunks))]
         offsets = np.zeros(len(encoded) + 1, dtype=np.int64)
         np.cumsum([len(b) for b in encoded], out=offsets[1:])
-        (tmp / "texts.bin").write_bytes(b"".join(encoded))
-        np.save(tmp / "text_offsets.npy", offsets)
-        np.save(tmp / "doc_of.npy", np.asarray(chunks.doc_of, dtype=np.int32))
-        np.save(tmp / "spans.npy", np.asarray(chunks.spans, dtype=np.int64))
-        np.save(tmp / "vectors.npy", np.ascontiguousarray(vectors, dtype=np.float32))
+        _write(tmp / "texts.bin", b"".join(encoded))
+        _save(tmp / "text_offsets.npy", offsets)
+        _save(tmp / "doc_of.npy", np.asarray(chunks.doc_of, dtype=np.int32))
+        _save(tmp / "spans.npy", np.asarray(chunks.spans, dtype=np.int64))
+        _save(tmp / "vectors.npy", np.ascontiguousarray(vectors, dtype=np.float32))
         names = sorted(set(labels))
         code = {n: i for i, n in enumerate(names)}
-        np.save(tmp / "label_of.npy", np.array([code[x] for x in labels], dtype=np.int32))
-        (tmp / "docs.txt").write_text("\n".join(chunks.doc_names), encoding="utf-8")
-        (tmp / "documents.json").write_text(json.dumps(list(records), ensure_ascii=False), encoding="utf-8")
+        _save(tmp / "label_of.npy", np.array([code[x] for x in labels], dtype=np.int32))
+        # JSON, not lines: a document id may hold any character, newlines included.
+        _write(tmp / "docs.json", json.dumps(chunks.doc_names, ensure_ascii=False).encode("utf-8"))
+        _write(tmp / "documents.json", json.dumps(list(records), ensure_ascii=False).encode("utf-8"))
         meta = {**manifest, "format": SAVED_FORMAT, "chunks": len(chunks), "documents": len(records), "labels": names,
                 "keyword": keyword is not None}
         if keyword is not None:
             arrays, terms = keyword
             for name, arr in arrays.items():
-                np.save(tmp / f"bm25_{name}.npy", arr)
-            # one term per line: terms come from bm25_tokens, which never yields a newline
-            (tmp / "bm25_terms.txt").write_text("\n".join(terms), encoding="utf-8")
-        (tmp / MANIFEST).write_text(json.dumps(meta, sort_keys=True), encoding="utf-8")
+                _save(tmp / f"bm25_{name}.npy", arr)
+            _write(tmp / "bm25_terms.json", json.dumps(terms, ensure_ascii=False).encode("utf-8"))
+            meta["terms"] = len(terms)
+        _write(tmp / MANIFEST, json.dumps(meta, sort_keys=True).encode("utf-8"))
+        _sync_dir(tmp)
         if folder.exists():  # built with other settings, or damaged: set it aside, then swap
-            aside = folder.with_name(f"{folder.name}.old-{os.getpid()}")
+            aside = folder.with_name(f"{folder.name}.old-{os.getpid()}-{uuid.uuid4().hex[:8]}")
             try:
                 folder.rename(aside)
             except OSError:
@@ -127,6 +133,7 @@ def save(folder: Path, manifest: dict[str, object], chunks: ChunkTable, vectors:
             shutil.rmtree(aside, ignore_errors=True)  # a reader that has it open keeps its files
         try:
             tmp.rename(folder)
+            _sync_dir(folder.parent)
         except OSError:  # another process saved the same generation just now: theirs is as good
             shutil.rmtree(tmp, ignore_errors=True)
     except BaseException:
@@ -134,11 +141,57 @@ def save(folder: Path, manifest: dict[str, object], chunks: ChunkTable, vectors:
         raise
 
 
+def _write(path: Path, data: bytes) -> None:
+    with open(path, "wb") as f:
+        f.write(data)
+        f.flush()
+        os.fsync(f.fileno())
+
+
+def _save(path: Path, array: np.ndarray) -> None:
+    with open(path, "wb") as f:
+        np.save(f, array)
+        f.flush()
+        os.fsync(f.fileno())
+
+
+def _sync_dir(path: Path) -> None:
+    fd = os.open(path, os.O_RDONLY)
+    try:
+        os.fsync(fd)
+    finally:
+        os.close(fd)
+
+
+class _Later:
+    """A JSON file opened now and parsed on first use, once, whichever thread asks first
+    (the server's request threads may race to it). The open descriptor keeps the file
+    readable after a newer generation's cleanup removes its folder."""
+
+    def __init__(self, path: Path) -> None:
+        self._fd = os.open(path, os.O_RDONLY)
+        self._size = os.fstat(self._fd).st_size
+        self._value: Any = None
+        self._lock = threading.Lock()
+
+    def get(self) -> Any:
+        with self._lock:
+            if self._fd >= 0:
+                try:
+                    self._value = json.loads(os.pread(self._fd, self._size, 0))
+                finally:
+                    os.close(self._fd)
+                    self._fd = -1
+            return self._value
+
+
 class Saved:
     """An opened ``derived-<generation>`` folder: memory-mapped columns, nothing parsed yet."""
 
-    def __init__(self, folder: Path, manifest: dict) -> None:
+    def __init__(self, folder: Path, manifest: dict[str, Any]) -> None:
         self.folder, self.manifest = folder, manifest
+        n = int(manifest["chunks"])
+        self.n_documents = int(manifest["documents"])
         self.vectors = np.load(folder / "vectors.npy", mmap_mode="r")
         offsets = np.load(folder / "text_offsets.npy", mmap_mode="r")
         blob = np.memmap(folder / "texts.bin", dtype=np.uint8, mode="r") if offsets[-1] else np.zeros(0, np.uint8)
@@ -146,22 +199,28 @@ class Saved:
         def text(i: int) -> str:
             return bytes(blob[offsets[i]:offsets[i + 1]]).decode("utf-8")
 
-        # Files are opened now: a folder removed later (a newer generation) stays readable.
-        with open(folder / "docs.txt", encoding="utf-8") as f:
-            names = f.read().split("\n")
-        self.chunks = ChunkTable(names, np.load(folder / "doc_of.npy", mmap_mode="r"), np.load(folder / "spans.npy", mmap_mode="r"), text)
-        self.labels = np.array(manifest["labels"], dtype=object)[np.load(folder / "label_of.npy")]
+        names = json.loads((folder / "docs.json").read_bytes())
+        doc_of, spans = np.load(folder / "doc_of.npy", mmap_mode="r"), np.load(folder / "spans.npy", mmap_mode="r")
+        label_of = np.load(folder / "label_of.npy")
+        label_names = list(manifest["labels"])
+        # A folder that disagrees with itself (truncated by a crash, edited by hand) is never used.
+        if not (len(self.vectors) == len(offsets) - 1 == len(doc_of) == len(spans) == len(label_of) == n
+                and int(offsets[-1]) == len(blob) and (n == 0 or int(doc_of.max()) < len(names))
+                and (n == 0 or int(label_of.max()) < len(label_names))):
+            raise ValueError(f"{folder} is inconsistent")
+        self.chunks = ChunkTable(names, doc_of, spans, text)
+        self.labels = np.array(label_names, dtype=object)[label_of]
         self.keyword: tuple[dict[str, np.ndarray], Callable[[], list[str]]] | None = None
         if manifest.get("keyword"):
-            arrays = {n: np.load(folder / f"bm25_{n}.npy", mmap_mode="r") for n in ("data", "indices", "indptr", "df")}
-            terms_file = open(folder / "bm25_terms.txt", encoding="utf-8")  # noqa: SIM115 - read on first query
-
-            def terms() -> list[str]:
-                with terms_file:
-                    return terms_file.read().split("\n")
-
-            self.keyword = (arrays, terms)
-        self.documents = open(folder / "documents.json", encoding="utf-8")  # noqa: SIM115 - see SavedRecords
+            arrays = {k: np.load(folder / f"bm25_{k}.npy", mmap_mode="r") for k in ("data", "indices", "indptr", "df")}
+            terms = int(manifest["terms"])
+            # bm25s' vocabulary ends with "", which has no column: indptr has terms or terms + 1 entries.
+            if (len(arrays["indptr"]) not in (terms, terms + 1) or len(arrays["df"]) != terms
+                    or len(arrays["data"]) != len(arrays["indices"]) or int(arrays["indptr"][-1]) != len(arrays["data"])):
+                raise ValueError(f"{folder} has an inconsistent keyword matrix")
+            later = _Later(folder / "bm25_terms.json")
+            self.keyword = (arrays, lambda: list(later.get()))
+        self.documents = _Later(folder / "documents.json")
 
 
 R = TypeVar("R")
@@ -172,15 +231,16 @@ class SavedRecords(Mapping[str, R]):
     ``make`` on first use: ranking does not need them, a filter or a listing does.
     ``len`` comes from the manifest."""
 
-    def __init__(self, file: TextIO, count: int, make: Callable[[list], R]) -> None:
-        self._file, self._count, self._make = file, count, make
+    def __init__(self, rows: _Later, count: int, make: Callable[[list], R]) -> None:
+        self._rows, self._count, self._make = rows, count, make
         self._records: dict[str, R] | None = None
+        self._lock = threading.Lock()
 
     def _all(self) -> dict[str, R]:
-        if self._records is None:
-            with self._file:
-                self._records = {row[0]: self._make(row) for row in json.load(self._file)}
-        return self._records
+        with self._lock:
+            if self._records is None:
+                self._records = {row[0]: self._make(row) for row in self._rows.get()}
+            return self._records
 
     def __getitem__(self, doc: str) -> R:
         return self._all()[doc]
@@ -193,7 +253,8 @@ class SavedRecords(Mapping[str, R]):
 
 
 def open_saved(folder: Path | None, expect: dict[str, object]) -> Saved | None:
-    """The saved folder if it is complete and was built as ``expect`` says; else ``None``."""
+    """The saved folder if it is complete, consistent and was built as ``expect`` says; else
+    ``None`` (the caller derives the index from its store again)."""
     if folder is None:
         return None
     try:
@@ -204,5 +265,5 @@ def open_saved(folder: Path | None, expect: dict[str, object]) -> Saved | None:
         return None
     try:
         return Saved(folder, manifest)
-    except (OSError, ValueError, KeyError):
-        return None  # damaged: the caller rebuilds from the store
+    except Exception:  # damaged in any way (numpy raises EOFError, ValueError, OSError...): rebuild
+        return None

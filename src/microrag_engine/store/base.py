@@ -164,6 +164,11 @@ class Store(ABC):
         """Where a derived, rebuildable file (an HNSW graph) may be cached; ``None``: nowhere."""
         return None
 
+    def identity(self) -> str:
+        """Names this store (not its location): derived files of another store, or of an
+        earlier store at the same path, must never be taken for its own."""
+        return self.meta().get("store_id", "")
+
 
 class SearchableStore(Store):
     """A store that ranks by itself (PostgreSQL): retrieval runs in the database, per request."""

@@ -9,8 +9,10 @@ not score or search: it stores.
 from __future__ import annotations
 
 import os
+import re
 import shutil
 import sqlite3
+import uuid
 from pathlib import Path
 
 import numpy as np
@@ -75,23 +77,31 @@ class SQLiteStore(Store):
             raise MicroRAGError(f"{self.file} has index format {version}; this microrag reads {FORMAT_VERSION}: re-ingest")
 
     def cache_path(self, name: str) -> Path:
-        """Where derived structures (an HNSW graph, the saved index) are cached, as
-        ``<kind>-<generation>[.suffix]``; other generations of the same kind are removed
-        (a process that has one open keeps reading it: its files stay open)."""
-        kind, suffix = name.split("-")[0], Path(name).suffix
-        for old in self.file.parent.glob(f"{kind}-*"):
-            if old.name == name:
+        """Where derived structures of this store file are cached: ``<stem>.<kind>-<generation>
+        [.suffix]`` beside it (two stores in one folder never share them). Other generations
+        of the same kind are removed, and temporary folders whose writer is gone; nothing
+        else in the folder is touched. A process with an old one open keeps reading it."""
+        kind, suffix, stem = name.split("-")[0], Path(name).suffix, self.file.stem
+        ours = re.compile(rf"^{re.escape(stem)}\.{re.escape(kind)}-\d+{re.escape(suffix)}"
+                                 r"(?:\.(tmp|old)-(\d+)-[0-9a-f]+)?$")
+        # Caches of older releases, in an index folder: hnsw-<generation>.faiss.
+        legacy = re.compile(rf"^{re.escape(kind)}-\d+{re.escape(suffix)}$") if stem == "index" else None
+        target = f"{stem}.{name}"
+        for old in self.file.parent.iterdir():
+            m = ours.match(old.name)
+            if old.name == target or not (m or (legacy and legacy.match(old.name))):
                 continue
-            if ".tmp-" in old.name:  # a folder being written: only if its writer is gone
-                if _alive(old.name.rsplit("-", 1)[-1]):
-                    continue
-            elif old.suffix != suffix:
-                continue
+            if m and m.group(1) == "tmp" and _alive(m.group(2)):
+                continue  # another process is writing it right now
             if old.is_dir():
                 shutil.rmtree(old, ignore_errors=True)
             else:
                 old.unlink(missing_ok=True)
-        return self.file.parent / name
+        return self.file.parent / target
+
+    def identity(self) -> str:
+        # Stores written before ids were recorded: the file itself (a new file is a new store).
+        return self.meta().get("store_id") or f"inode-{self.file.stat().st_ino}"
 
     # ------------------------------------------------------------ reads
 
@@ -142,6 +152,8 @@ class SQLiteStore(Store):
                     'INSERT INTO chunks (id, doc, idx, start, "end", text, text_hash, vector, page) VALUES (?,?,?,?,?,?,?,?,?)',
                     [(c.id, c.doc, c.index, c.start, c.end, c.text, h, np.asarray(v, dtype=np.float32).tobytes(), c.page)
                      for c, h, v in zip(u.chunks, u.text_hashes, u.vectors)])
+            if not self.meta().get("store_id"):  # named once, at its first write
+                db.execute("INSERT OR REPLACE INTO meta VALUES ('store_id', ?)", (uuid.uuid4().hex,))
             for k, v in {**meta, "format_version": str(FORMAT_VERSION), "generation": str(gen)}.items():
                 db.execute("INSERT OR REPLACE INTO meta VALUES (?, ?)", (k, str(v)))
             db.execute("COMMIT")
