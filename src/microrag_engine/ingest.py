@@ -34,7 +34,7 @@ from .chunk import chunk_documents, page_starts
 from .config import Settings
 from .errors import ConfigError, CorpusError
 from .index.embed import Embedder, make_embedder
-from .load import SUPPORTED, iter_files, iter_loaded
+from .load import SUPPORTED, iter_files, iter_tagged
 from .store.base import BOUND_SETTINGS, DocRecord, DocUpdate, Store
 from .types import Chunk, Document
 
@@ -562,13 +562,16 @@ def ingest_paths(
     corpus = Corpus.resolve(store, paths, settings, collection)
     files_done = [0]
 
-    def documents() -> Iterator[tuple[Document, str]]:
+    def counted() -> Iterator[tuple[Source, Path, str]]:
         for source, path, rel in corpus.files:
-            for d in iter_loaded([(path, rel)], settings.markup):
-                doc, origin = source_document(source, d, corpus.existing)
-                corpus.loaded.add(doc.path)
-                yield doc, origin
-            files_done[0] += 1
+            yield source, path, rel
+            files_done[0] += 1  # the loader asks for the next file: this one is done
+
+    def documents() -> Iterator[tuple[Document, str]]:
+        for source, d in iter_tagged(((s, path, rel) for s, path, rel in counted()), settings.markup):
+            doc, origin = source_document(source, d, corpus.existing)
+            corpus.loaded.add(doc.path)
+            yield doc, origin
 
     report = stream_documents(store, documents(), settings, label, principal, lambda: corpus.deletions(prune), progress,
                               extra_meta=corpus.roots, total=len(corpus.files), done=lambda: files_done[0])
@@ -630,11 +633,10 @@ def prepare_files(files: Iterable[tuple[Source, Path, str]], plan: Plan,
     a worker elsewhere): per document in order, its id if unchanged, else its ``Prepared``.
     Reads files, writes nothing; ``attach_vectors`` finishes what ``embed_prepared`` would."""
     out: list[Prepared | str] = []
-    for source, path, rel in files:
-        for d in iter_loaded([(path, rel)], plan.settings.markup):
-            doc, origin = source_document(source, d, plan.existing)
-            ready = plan.prepare(doc, origin, count_tokens)
-            out.append(doc.path if ready is None else ready)
+    for source, d in iter_tagged(((s, path, rel) for s, path, rel in files), plan.settings.markup):
+        doc, origin = source_document(source, d, plan.existing)
+        ready = plan.prepare(doc, origin, count_tokens)
+        out.append(doc.path if ready is None else ready)
     return out
 
 

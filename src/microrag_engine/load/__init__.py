@@ -22,6 +22,7 @@ import logging
 from collections import defaultdict
 from collections.abc import Callable, Iterable, Iterator
 from pathlib import Path
+from typing import TypeVar
 
 # Every reader module imports its parser library (and an extra's) only when it reads a file.
 from ..errors import CorpusError
@@ -37,7 +38,7 @@ from .pdf import MAX_PDF_PAGE_BYTES, MAX_PDF_PAGE_CHARS, read_pdf
 from .rst import rst_text
 
 __all__ = ["SUPPORTED", "TEXT_SUFFIXES", "HTML_SUFFIXES", "MAX_PDF_PAGE_BYTES", "MAX_PDF_PAGE_CHARS", "MAX_STYLE_WORK",
-           "MissingExtraError", "decode_bytes", "html_text", "iter_files", "iter_loaded", "jsonl_documents", "jsonl_records",
+           "MissingExtraError", "decode_bytes", "html_text", "iter_files", "iter_loaded", "iter_tagged", "jsonl_documents", "jsonl_records",
            "load_documents", "load_file", "markdown_text", "parse_upload", "split_front_matter"]
 
 log = logging.getLogger("microrag")
@@ -129,9 +130,18 @@ def iter_loaded(files: Iterable[tuple[Path, str]], markup: str = "clean") -> Ite
     """The readable documents of ``files`` ((file, doc path) pairs), one file at a time, so a
     corpus of any size streams. A file that cannot be read: one warning each, with the reason.
     Unsupported files, and files whose extra is missing: one warning per extension, at the end."""
+    for _, doc in iter_tagged(((None, path, rel) for path, rel in files), markup):
+        yield doc
+
+
+T = TypeVar("T")
+
+
+def iter_tagged(files: Iterable[tuple[T, Path, str]], markup: str = "clean") -> Iterator[tuple[T, Document]]:
+    """``iter_loaded`` for (tag, file, doc path) triples: each document comes with its file's tag."""
     unsupported: dict[str, list[str]] = defaultdict(list)  # suffix -> doc paths
     missing: dict[tuple[str, str], int] = defaultdict(int)  # (suffix, extra) -> files
-    for path, rel in files:
+    for tag, path, rel in files:
         suffix = path.suffix.lower()
         if suffix not in SUPPORTED:
             unsupported[suffix].append(rel)
@@ -149,7 +159,7 @@ def iter_loaded(files: Iterable[tuple[Path, str]], markup: str = "clean") -> Ite
             continue
         for d in loaded:
             if d.text.strip() or d.prechunked:
-                yield d
+                yield tag, d
             else:
                 log.warning("skipping %s: no text in it", d.path)
     for (suffix, extra), n in sorted(missing.items()):
