@@ -15,7 +15,6 @@ Writes benchmarks/results/ingest.md and .json.
 from __future__ import annotations
 
 import argparse
-import gzip
 import json
 import os
 import random
@@ -25,20 +24,13 @@ import sys
 import time
 from pathlib import Path
 
+from open_index import sentences  # the same SciFact sentence pool (benchmarks/ is on the path)
+
 ROOT = Path(__file__).resolve().parents[1]
-SCIFACT = ROOT.parent / "shared" / "datasets" / "scifact" / "corpus.jsonl.gz"
 OUT = ROOT / "benchmarks" / "results"
 # Measured with the default preset: a file of five three-sentence paragraphs makes 2.8
 # sentence chunks of ~200 tokens on average (the report gives the exact count).
 CHUNKS_PER_FILE = 2.8
-
-
-def sentences() -> list[str]:
-    out = []
-    with gzip.open(SCIFACT, "rt", encoding="utf-8") as f:
-        for line in f:
-            out += [s.strip() + "." for s in json.loads(line)["text"].split(". ") if len(s) > 30]
-    return out
 
 
 def write_corpus(folder: Path, files: int, pool: list[str]) -> None:
