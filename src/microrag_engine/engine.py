@@ -93,12 +93,14 @@ class Engine:
         self._prior: tuple[tuple[float, int], dict[str, float], np.ndarray | None] | None = None
 
     @classmethod
-    def from_store(cls, store: Store, settings: Settings, remote: bool | None = None) -> Engine:
+    def from_store(cls, store: Store, settings: Settings, remote: bool | None = None, save_derived: bool = True) -> Engine:
         """Open a persistent index.
 
         ``remote`` (default: whenever the store can search, i.e. Postgres) queries the
         database's BM25 and HNSW first passes per request; otherwise the stored chunks
         and vectors are loaded and the keyword leg is rebuilt from them in memory.
+        Those derived structures are saved beside the store per generation (``index.saved``),
+        so the next open maps them instead; ``save_derived=False`` skips saving them.
         """
         if remote is None:  # the database ranks with BM25 only; the seed's TF-IDF runs here
             remote = isinstance(store, SearchableStore) and settings.keyword == "bm25"
@@ -132,7 +134,7 @@ class Engine:
                 raise CorpusError("the index is empty; add documents with: microrag ingest PATH")
             keyword = make_keyword(settings.keyword, settings.k1, settings.b).fit([c.text for c in snap.chunks])
             folder = store.cache_path(f"derived-{snap.generation}")
-            if folder is not None:
+            if folder is not None and save_derived:
                 try:
                     save(folder, {**expect, "generation": snap.generation}, ChunkTable.from_chunks(snap.chunks),
                          snap.vectors, snap.labels, keyword.state() if isinstance(keyword, BM25Scorer) else None,

@@ -214,3 +214,13 @@ def test_threads_racing_to_the_first_query_all_see_the_full_index(tmp_path):
             got = list(pool.map(lambda _: (ranked(engine), len(dict(engine.records))), range(8)))
         assert all(g == (expected, 4) for g in got)
     store.close()
+
+
+def test_save_derived_false_leaves_nothing_beside_the_store(tmp_path):
+    settings = preset("default")
+    store = SQLiteStore(tmp_path / "ix")
+    ingest_paths(store, [corpus(tmp_path / "docs")], settings)
+    engine = Engine.from_store(store, settings, save_derived=False)  # the server after a write
+    assert engine.retrieve("rotate the signing key").hits
+    assert not list((tmp_path / "ix").glob("*derived-*"))
+    store.close()

@@ -59,7 +59,11 @@ class ServerContext:
     def reload(self) -> None:
         with self.lock:
             # Postgres + BM25: retrieval runs in the database (stateless replicas); else loaded here.
-            self.engine = Engine.from_store(self.cfg.store, self.cfg.settings) if self.cfg.store.documents() else None
+            # The derived files are saved at start only: after a write (under this lock) saving a
+            # generation the next write replaces would only delay the swap.
+            first = self.engine is None
+            self.engine = (Engine.from_store(self.cfg.store, self.cfg.settings, save_derived=first)
+                           if self.cfg.store.documents() else None)
 
     def principal(self, request: Request) -> Principal:
         """The caller, from ``Authorization: Bearer <key>`` or ``X-API-Key``."""
