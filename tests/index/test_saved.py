@@ -211,7 +211,7 @@ def test_threads_racing_to_the_first_query_all_see_the_full_index(tmp_path):
     for _ in range(5):
         engine = Engine.from_store(store, settings)  # lazy vocabulary and records, not yet read
         with ThreadPoolExecutor(8) as pool:
-            got = list(pool.map(lambda _: (ranked(engine), len(dict(engine.records))), range(8)))
+            got = list(pool.map(lambda _, e=engine: (ranked(e), len(dict(e.records))), range(8)))
         assert all(g == (expected, 4) for g in got)
     store.close()
 
