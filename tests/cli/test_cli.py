@@ -148,3 +148,9 @@ def test_ingest_and_filter_mistakes_are_one_line_errors(tmp_path):
         proc = run_cli(*args)
         assert proc.returncode != 0 and "Traceback" not in proc.stderr, args
         assert len(proc.stderr.strip().splitlines()) == 1, proc.stderr
+
+
+def test_an_ingest_of_a_missing_path_creates_no_index(tmp_path):
+    proc = run_cli("ingest", str(tmp_path / "no-such-folder"), "--index", str(tmp_path / "ix"))
+    assert proc.returncode != 0 and "does not exist" in proc.stderr and "Traceback" not in proc.stderr
+    assert not (tmp_path / "ix").exists()

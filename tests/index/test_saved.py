@@ -224,3 +224,19 @@ def test_save_derived_false_leaves_nothing_beside_the_store(tmp_path):
     assert engine.retrieve("rotate the signing key").hits
     assert not list((tmp_path / "ix").glob("*derived-*"))
     store.close()
+
+
+def test_check_finds_a_saved_file_damaged_in_place_and_removes_the_folder(tmp_path):
+    settings = preset("default")
+    store = SQLiteStore(tmp_path / "ix")
+    ingest_paths(store, [corpus(tmp_path / "docs")], settings)
+    expected = ranked(Engine.from_store(store, settings))
+    assert store.check() == []  # a healthy saved folder passes
+    folder = tmp_path / "ix" / f"index.derived-{store.generation()}"
+    vectors = folder / "vectors.npy"
+    vectors.write_bytes(vectors.read_bytes()[:128] + bytes(vectors.stat().st_size - 128))  # same size, zeroed
+    problems = store.check()
+    assert any("vectors.npy does not match its checksum" in p for p in problems), problems
+    assert not folder.exists()  # removed: the next open rebuilds it
+    assert ranked(Engine.from_store(store, settings)) == expected
+    store.close()

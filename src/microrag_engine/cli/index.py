@@ -92,6 +92,9 @@ def cmd_ingest(args: argparse.Namespace) -> int:
     if client is not None:
         with client:
             return _ingest_remote(args, client)
+    for given in args.paths:  # before anything is created: a typo leaves no empty index behind
+        if not Path(given).exists():
+            raise MicroRAGError(f"corpus path {given!r} does not exist; pass a folder or a file")
     store = open_store(_location(args), create=True)
     try:
         settings = override(settings_for(args, args.preset or preset_for(store.meta())), dlp=args.dlp)

@@ -12,6 +12,7 @@ built with, and a folder built with other settings is rebuilt, never trusted.
 
 from __future__ import annotations
 
+import hashlib
 import json
 import operator
 import os
@@ -20,7 +21,7 @@ import threading
 import uuid
 from collections.abc import Callable, Iterator, Mapping, Sequence
 from pathlib import Path
-from typing import Any, SupportsIndex, TypeVar, overload
+from typing import Any, BinaryIO, SupportsIndex, TypeVar, overload
 
 import numpy as np
 
@@ -99,29 +100,31 @@ def save(folder: Path, manifest: dict[str, object], chunks: ChunkTable, vectors:
     whole folder renamed into place (a reader, or a power cut, sees all of it or none)."""
     tmp = folder.with_name(f"{folder.name}.tmp-{os.getpid()}-{uuid.uuid4().hex[:8]}")
     tmp.mkdir(parents=True)
+    sums: dict[str, str] = {}
     try:
         encoded = [chunks._text(i).encode("utf-8") for i in range(len(chunks))]
         offsets = np.zeros(len(encoded) + 1, dtype=np.int64)
         np.cumsum([len(b) for b in encoded], out=offsets[1:])
-        _write(tmp / "texts.bin", b"".join(encoded))
-        _save(tmp / "text_offsets.npy", offsets)
-        _save(tmp / "doc_of.npy", np.asarray(chunks.doc_of, dtype=np.int32))
-        _save(tmp / "spans.npy", np.asarray(chunks.spans, dtype=np.int64))
-        _save(tmp / "vectors.npy", np.ascontiguousarray(vectors, dtype=np.float32))
+        _write(tmp / "texts.bin", b"".join(encoded), sums)
+        _save(tmp / "text_offsets.npy", offsets, sums)
+        _save(tmp / "doc_of.npy", np.asarray(chunks.doc_of, dtype=np.int32), sums)
+        _save(tmp / "spans.npy", np.asarray(chunks.spans, dtype=np.int64), sums)
+        _save(tmp / "vectors.npy", np.ascontiguousarray(vectors, dtype=np.float32), sums)
         names = sorted(set(labels))
         code = {n: i for i, n in enumerate(names)}
-        _save(tmp / "label_of.npy", np.array([code[x] for x in labels], dtype=np.int32))
+        _save(tmp / "label_of.npy", np.array([code[x] for x in labels], dtype=np.int32), sums)
         # JSON, not lines: a document id may hold any character, newlines included.
-        _write(tmp / "docs.json", json.dumps(chunks.doc_names, ensure_ascii=False).encode("utf-8"))
-        _write(tmp / "documents.json", json.dumps(list(records), ensure_ascii=False).encode("utf-8"))
+        _write(tmp / "docs.json", json.dumps(chunks.doc_names, ensure_ascii=False).encode("utf-8"), sums)
+        _write(tmp / "documents.json", json.dumps(list(records), ensure_ascii=False).encode("utf-8"), sums)
         meta = {**manifest, "format": SAVED_FORMAT, "chunks": len(chunks), "documents": len(records), "labels": names,
                 "keyword": keyword is not None}
         if keyword is not None:
             arrays, terms = keyword
             for name, arr in arrays.items():
-                _save(tmp / f"bm25_{name}.npy", arr)
-            _write(tmp / "bm25_terms.json", json.dumps(terms, ensure_ascii=False).encode("utf-8"))
+                _save(tmp / f"bm25_{name}.npy", arr, sums)
+            _write(tmp / "bm25_terms.json", json.dumps(terms, ensure_ascii=False).encode("utf-8"), sums)
             meta["terms"] = len(terms)
+        meta["sha256"] = sums
         _write(tmp / MANIFEST, json.dumps(meta, sort_keys=True).encode("utf-8"))
         _sync_dir(tmp)
         if folder.exists():  # built with other settings, or damaged: set it aside, then swap
@@ -141,18 +144,58 @@ def save(folder: Path, manifest: dict[str, object], chunks: ChunkTable, vectors:
         raise
 
 
-def _write(path: Path, data: bytes) -> None:
-    with open(path, "wb") as f:
-        f.write(data)
-        f.flush()
-        os.fsync(f.fileno())
+class _Hashing:
+    """A file that hashes what is written to it: each saved file's sha256 goes in the
+    manifest, and ``verify`` (``microrag check``) compares."""
+
+    def __init__(self, f: BinaryIO) -> None:
+        self.f, self.sha = f, hashlib.sha256()
+
+    def write(self, data: bytes) -> int:
+        self.sha.update(data)
+        return self.f.write(data)
 
 
-def _save(path: Path, array: np.ndarray) -> None:
+def _write(path: Path, data: bytes, sums: dict[str, str] | None = None) -> None:
     with open(path, "wb") as f:
-        np.save(f, array)
+        out = _Hashing(f)
+        out.write(data)
         f.flush()
         os.fsync(f.fileno())
+    if sums is not None:
+        sums[path.name] = out.sha.hexdigest()
+
+
+def _save(path: Path, array: np.ndarray, sums: dict[str, str] | None = None) -> None:
+    with open(path, "wb") as f:
+        out = _Hashing(f)
+        np.save(out, array)  # np.save needs only .write
+        f.flush()
+        os.fsync(f.fileno())
+    if sums is not None:
+        sums[path.name] = out.sha.hexdigest()
+
+
+def verify(folder: Path) -> list[str]:
+    """Problems of a saved folder: files whose bytes no longer match the checksum saved with
+    them (opening checks only sizes and counts: hashing every file would cost what mapping saves)."""
+    try:
+        sums = json.loads((folder / MANIFEST).read_text(encoding="utf-8")).get("sha256", {})
+    except (OSError, ValueError):
+        return [f"{folder.name}: no readable manifest"]
+    problems = []
+    for name, want in sorted(sums.items()):
+        sha = hashlib.sha256()
+        try:
+            with open(folder / name, "rb") as f:
+                for block in iter(lambda: f.read(1 << 20), b""):
+                    sha.update(block)
+        except OSError as exc:
+            problems.append(f"{folder.name}/{name}: {exc.strerror}")
+            continue
+        if sha.hexdigest() != want:
+            problems.append(f"{folder.name}/{name} does not match its checksum")
+    return problems
 
 
 def _sync_dir(path: Path) -> None:

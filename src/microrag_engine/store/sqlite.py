@@ -18,6 +18,7 @@ from pathlib import Path
 import numpy as np
 
 from ..errors import MicroRAGError
+from ..index.saved import verify
 from ..types import Chunk
 from .base import FORMAT_VERSION, DocRecord, DocUpdate, Snapshot, Store, check_snapshot, decode_meta, encode_meta
 
@@ -178,6 +179,12 @@ class SQLiteStore(Store):
     def check(self) -> list[str]:
         problems = [f"sqlite: {row[0]}" for row in self.db.execute("PRAGMA integrity_check") if row[0] != "ok"]
         problems += [f"sqlite: foreign key violation in {row[0]}" for row in self.db.execute("PRAGMA foreign_key_check")]
+        folder = self.file.parent / f"{self.file.stem}.derived-{self.generation()}"
+        if folder.is_dir():  # the saved index is a cache: a damaged one is reported and removed
+            damaged = verify(folder)
+            if damaged:
+                shutil.rmtree(folder, ignore_errors=True)
+                problems += [f"saved index: {d} (removed; the next open rebuilds it)" for d in damaged]
         return problems + check_snapshot(self.snapshot())
 
     def close(self) -> None:
