@@ -1,7 +1,7 @@
 """Ingest on one machine vs on a Ray cluster, into PostgreSQL: `microrag ingest [--cluster]`.
 
     python scripts/pg_loopback.py run -- python benchmarks/cluster_ingest.py               # 2,000 abstracts
-    python scripts/pg_loopback.py run -- python benchmarks/cluster_ingest.py --docs 50 --out /tmp/cluster-smoke
+    python scripts/pg_loopback.py run -- python benchmarks/cluster_ingest.py --docs 50 --out "$(mktemp -d)/cluster-smoke"
 
 The corpus: the first N SciFact abstracts, one markdown file each (title heading, abstract),
 so they are loaded, chunked (default preset: sentence chunks) and embedded (MiniLM) as any

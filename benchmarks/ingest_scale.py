@@ -21,6 +21,7 @@ import random
 import shutil
 import subprocess
 import sys
+import tempfile
 import time
 from pathlib import Path
 
@@ -67,7 +68,7 @@ def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("--chunks", type=int, action="append", help="chunks' worth of files (repeatable)")
     ap.add_argument("--preset", default="default")
-    ap.add_argument("--work", type=Path, default=Path("/tmp/microrag-ingest-bench"))
+    ap.add_argument("--work", type=Path, default=Path(tempfile.gettempdir()) / "microrag-ingest-bench")
     ap.add_argument("--keep", action="store_true", help="keep the corpora and indexes")
     ap.add_argument("--rate-only", action="store_true", help="re-measure only the embedder-alone column (corpora kept)")
     args = ap.parse_args()

@@ -28,6 +28,7 @@ import shutil
 import statistics
 import subprocess
 import sys
+import tempfile
 import time
 from pathlib import Path
 
@@ -130,7 +131,7 @@ def measure(folder: Path, repeats: int) -> dict:
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("--sizes", type=int, nargs="+", default=[2500, 100_000])
-    ap.add_argument("--work", type=Path, default=Path("/tmp/microrag-open-bench"))
+    ap.add_argument("--work", type=Path, default=Path(tempfile.gettempdir()) / "microrag-open-bench")
     ap.add_argument("--repeats", type=int, default=7)
     ap.add_argument("--report", action="store_true", help="only rewrite open.md from open.json")
     args = ap.parse_args()

@@ -139,8 +139,9 @@ class Engine:
                     save(folder, {**expect, "generation": snap.generation}, ChunkTable.from_chunks(snap.chunks),
                          snap.vectors, snap.labels, keyword.state() if isinstance(keyword, BM25Scorer) else None,
                          [_record_row(r) for r in snap.documents.values()])
-                except OSError as exc:  # a read-only or full disk: this open still works, the next derives again
-                    log.info("could not save the derived index in %s (%s); opening will not be fast", folder, exc.strerror)
+                except (OSError, ValueError) as exc:  # read-only or full disk, unencodable name: this open still works
+                    log.info("could not save the derived index in %s (%s); opening will not be fast", folder,
+                             exc.strerror if isinstance(exc, OSError) else type(exc).__name__)
             cache = store.cache_path(f"hnsw-{snap.generation}.faiss")
             index = Index(snap.chunks, keyword, embedder, snap.vectors, ann=_maybe_ann(snap.vectors, settings, cache))
             return cls(settings, index, [Document(d, "") for d in snap.documents], labels=snap.labels,

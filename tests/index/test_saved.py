@@ -8,6 +8,9 @@ from pathlib import Path
 
 import numpy as np
 import pytest
+from hypothesis import HealthCheck, given
+from hypothesis import settings as hsettings
+from hypothesis import strategies as st
 
 from microrag_engine.config import preset
 from microrag_engine.engine import Engine
@@ -240,3 +243,31 @@ def test_check_finds_a_saved_file_damaged_in_place_and_removes_the_folder(tmp_pa
     assert not folder.exists()  # removed: the next open rebuilds it
     assert ranked(Engine.from_store(store, settings)) == expected
     store.close()
+
+
+# Any text the store can hold (no lone surrogates: SQLite refuses them): newlines, \r, NUL,
+# bidi controls, astral characters - in document ids and chunk texts alike.
+_TEXT = st.text(st.characters(exclude_categories=("Cs",)), max_size=40)
+
+
+@hsettings(max_examples=60, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture])
+@given(st.lists(st.tuples(_TEXT, _TEXT, st.integers(0, 3)), min_size=1, max_size=12))
+def test_any_ids_and_texts_round_trip_through_the_saved_columns(tmp_path, rows):
+    import shutil
+
+    chunks, seen = [], {}
+    for doc, text, page in rows:
+        k = seen.setdefault(doc, 0)
+        seen[doc] = k + 1
+        chunks.append(Chunk(f"{doc}#{k}", doc, k, 0, len(text), text, page))
+    folder = tmp_path / "index.derived-1"
+    shutil.rmtree(folder, ignore_errors=True)
+    vectors = np.zeros((len(chunks), 4), dtype=np.float32)
+    labels = [("public", "_quarantine", "internal")[i % 3] for i in range(len(chunks))]
+    save(folder, {"generation": 1}, ChunkTable.from_chunks(chunks), vectors, labels, None)
+    saved = open_saved(folder, {"generation": 1})
+    assert saved is not None
+    assert list(saved.chunks) == chunks and list(saved.labels) == labels
+    for doc in seen:
+        assert [c.text for c in (saved.chunks[int(i)] for i in np.flatnonzero(saved.chunks.docs() == doc))] == \
+            [c.text for c in chunks if c.doc == doc]
