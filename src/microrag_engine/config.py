@@ -60,6 +60,12 @@ class Settings:
     max_per_source: int = 2  # diversity cap; 0 = off
     w_long_doc: float = 0.08  # length prior: a document of n > long_doc_chunks chunks loses w * ln(n / long_doc_chunks)
     long_doc_chunks: int = 20  # (measured on the QA dev sets: benchmarks/results/qa.md; 0 weight = off)
+    # PoisonedRAG (#19): a passage that asks the query back as a question is held back from the
+    # answer when other passages ground it (retrieve.mimic); an FAQ that is the only source stays
+    hold_mimics: bool = True
+    # provenance prior: each tier below the operator's (admin-approved 1, trusted contributor 2)
+    # ranks this much lower, in units of the fused scores' spread (only where tiers are set: the server)
+    w_provenance: float = 0.05
     ann_threshold: int = 50_000  # at this many chunks, use a faiss HNSW first pass (if installed)
     first_pass: int = 100  # per-leg candidates for ANN / database first passes
     # ingest-time DLP: redact secrets/PII before indexing, label the document restricted, or off
@@ -89,6 +95,10 @@ class Settings:
     min_entail: float | None = None  # None: the model's calibrated threshold
     min_contra: float | None = None
     verify_facts: bool = True  # a number or name no chunk states makes a sentence unsupported
+    # retrieved sources that contradict each other about the question are shown as a conflict,
+    # not blended into one answer (verify.conflict; the shipped NLI model, both directions)
+    conflicts: bool = True
+    min_conflict: float = 0.8  # mean contradiction probability of a pair, both ways (1 false conflict in 167 dev questions)
 
     def validate(self) -> Settings:
         """Raise :class:`ConfigError` on an impossible combination; return self."""
@@ -151,6 +161,8 @@ PRESETS: dict[str, Settings] = {
         answer_min_support=0.0,  # and quotes what it retrieved
         answer_max_missing=1.0,
         answer_rescue_sem=0.0,
+        hold_mimics=False,  # the seed answers from what it retrieved, as written
+        conflicts=False,
     ),
 }
 

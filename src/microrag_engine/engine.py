@@ -34,12 +34,15 @@ from .load import SUPPORTED, load_documents
 from .retrieve import rank_candidates, retrieve
 from .retrieve.cap import long_doc_penalty
 from .retrieve.conversation import Condensed, retrieval_query
+from .retrieve.mimic import restated_question
 from .runtime.llm import ChatStream
 from .store.base import DocFilter, DocRecord, SearchableStore, Store
 from .text import bm25_fingerprint
 from .tools import FileTool, ToolResult
 from .types import Document, Retrieval, Turn
 from .verify import Verification, verify_with
+from .verify.conflict import Conflict, conflict_answer, find_conflicts
+from .verify.nli import NLIModel, load_nli
 
 log = logging.getLogger("microrag")
 
@@ -54,13 +57,14 @@ class Answer:
     """What ``answer``/``ask`` return: the text, who wrote it, and the retrieval behind it."""
 
     text: str
-    mode: str  # "llm" or "extractive"
+    mode: str  # "llm", "extractive", or "conflict" (the sources disagree: both quoted, no answer)
     retrieval: Retrieval
     truncated: bool = False
     verification: Verification | None = None  # set when asked to verify (step 6)
     tools: list[ToolResult] = field(default_factory=list)  # the model's tool calls, run or refused
     flags: list[str] = field(default_factory=list)  # "budget: ...", "verify: ..." notes for the caller
     condensed: Condensed | None = None  # in a conversation: the retrieval query and how it was made
+    conflicts: list[Conflict] = field(default_factory=list)  # sources that contradict each other (mode "conflict")
 
 
 class Engine:
@@ -90,7 +94,10 @@ class Engine:
         # Keyword scorers fitted on what one clearance may read, by label set (see retrieve()).
         self._scoped: dict[tuple[str, ...], KeywordScorer] = {}
         # (knobs, length prior per document, the same per chunk of the index): see _doc_prior
-        self._prior: tuple[tuple[float, int], dict[str, float], np.ndarray | None] | None = None
+        self._prior: tuple[tuple[float, int, float], dict[str, float], np.ndarray | None] | None = None
+        # Provenance tier per document (0 operator, 1 admin-approved, 2 trusted contributor): set
+        # by whoever knows who uploaded what (the server); empty = every document the operator's.
+        self.tiers: Mapping[str, int] = {}
 
     @classmethod
     def from_store(cls, store: Store, settings: Settings, remote: bool | None = None, save_derived: bool = True) -> Engine:
@@ -213,6 +220,15 @@ class Engine:
         settings = self.settings if top_k is None else override(self.settings, top_k=top_k)
         if safeguards is None:
             safeguards = settings.safeguards_on_retrieve
+        result = self._ranked(query, settings, safeguards, labels, scoped, where)
+        if safeguards and settings.hold_mimics and any(restated_question(query, h.chunk.text) for h in result.hits):
+            # Ranked again deeper, so the passages held back leave room for others (rare: only then).
+            deep = self._ranked(query, override(settings, top_k=settings.top_k + MIMIC_DEPTH), True, labels, scoped, where)
+            return hold_restating(deep, settings.top_k)
+        return result
+
+    def _ranked(self, query: str, settings: Settings, safeguards: bool, labels: Iterable[str] | None, scoped: bool,
+                where: DocFilter | None) -> Retrieval:
         chosen = self.select(where, labels) if where else None
         if chosen is not None and not chosen:
             return Retrieval(query, [], refused=True, reason="no indexed document matches the filter")
@@ -249,13 +265,21 @@ class Engine:
             log.warning("no document has the field(s) %s; fields: %s", ", ".join(unknown), ", ".join(sorted(known)))
         return {doc for doc, rec in visible.items() if where.admits(rec)}
 
+    def set_tiers(self, tiers: Mapping[str, int]) -> None:
+        """The provenance tier of each document that is not the operator's (``Settings.w_provenance``)."""
+        self.tiers, self._prior = dict(tiers), None
+
     def _doc_prior(self, settings: Settings) -> dict[str, float]:
-        """The length prior per document (``retrieve.cap.long_doc_penalty``), computed once per engine."""
-        key = (settings.w_long_doc, settings.long_doc_chunks)
+        """The ranking prior per document, computed once per engine: the length prior
+        (``retrieve.cap.long_doc_penalty``) plus ``w_provenance`` per provenance tier."""
+        key = (settings.w_long_doc, settings.long_doc_chunks, settings.w_provenance)
         if self._prior is None or self._prior[0] != key:
             sizes = ((d, r.n_chunks) for d, r in self.records.items()) if self.store is not None \
                 else Counter(self.index.chunks.docs().tolist()).items()
-            prior = long_doc_penalty(sizes, *key)
+            prior = long_doc_penalty(sizes, settings.w_long_doc, settings.long_doc_chunks)
+            for doc, tier in self.tiers.items():
+                if tier > 0 and settings.w_provenance > 0:
+                    prior[doc] = prior.get(doc, 0.0) + settings.w_provenance * tier
             per_chunk = np.array([prior.get(d, 0.0) for d in self.index.chunks.docs()]) if prior else None
             self._prior = (key, prior, per_chunk)
         return self._prior[1]
@@ -370,6 +394,13 @@ class Engine:
         def over() -> bool:
             return deadline is not None and time.monotonic() > deadline
 
+        disputed, notes = self.conflicts(retrieval) if not retrieval.refused else ([], [])
+        if disputed:
+            # Shown as the disagreement it is: no model gets to blend the two into one answer.
+            text = conflict_answer(disputed)
+            if on_piece:
+                on_piece(text)
+            return Answer(text, "conflict", retrieval, flags=notes, conflicts=disputed)
         if llm is None or retrieval.refused:
             s = self.settings
             asked = retrieval.query if history else query
@@ -377,10 +408,10 @@ class Engine:
                                      s.answer_max_missing, s.answer_rescue_sem)
             if on_piece:
                 on_piece(text)
-            ans = Answer(text, "extractive", retrieval)
+            ans = Answer(text, "extractive", retrieval, flags=list(notes))
         else:
             stream = ChatStream(llm, build_messages(query, retrieval.hits, spotlight=spotlight, history=history), deadline=deadline)
-            ans = Answer("".join(_tee(stream, on_piece)), "llm", retrieval, truncated=stream.truncated)
+            ans = Answer("".join(_tee(stream, on_piece)), "llm", retrieval, truncated=stream.truncated, flags=list(notes))
             if stream.truncated and over():
                 ans.flags.append("budget: the answer was cut at the request's time budget")
         if verify and not retrieval.refused and not (ans.mode == "extractive" and is_refusal(ans.text)):
@@ -402,6 +433,22 @@ class Engine:
                 ans.text += f"\n[tool {t.call}: " + (t.output if t.ran else f"not run - {t.refused}") + "]"
         return ans
 
+    def conflicts(self, retrieval: Retrieval) -> tuple[list[Conflict], list[str]]:
+        """Whether the retrieved sources contradict each other about the query (``verify.conflict``):
+        (the conflicts, notes for the caller). An NLI model that cannot load is a note, not an error."""
+        s = self.settings
+        if not s.conflicts or len({h.chunk.doc for h in retrieval.hits}) < 2:
+            return [], []
+        try:
+            model = load_nli(s.nli if s.nli != "llm" else "shipped")  # a judge by chat is too slow for every answer
+        except MicroRAGError as exc:
+            return [], [f"conflict check: unavailable ({exc})"]
+        if not isinstance(model, NLIModel):
+            return [], []
+        hits = [(h.chunk.id, h.chunk.doc, h.chunk.text) for h in retrieval.hits]
+        found = find_conflicts(retrieval.query, hits, model, s.min_conflict)
+        return found, [f"conflict: {c.first.doc} and {c.second.doc} disagree (p={c.probability:.2f})" for c in found]
+
     def verify(self, answer: str, retrieval: Retrieval) -> Verification:
         """Step 6: every sentence of ``answer`` against the retrieved chunks (settings' backend and policy),
         and whether the supported ones answer the retrieval's question."""
@@ -411,6 +458,22 @@ class Engine:
 
         return verify_with(self.settings, answer, [(h.chunk.id, h.chunk.text) for h in retrieval.hits],
                            question=retrieval.query, relevance_of=relevance_of)
+
+
+MIMIC_DEPTH = 8  # extra hits ranked so that held-back passages can be replaced
+
+
+def hold_restating(r: Retrieval, top_k: int) -> Retrieval:
+    """``r`` cut to ``top_k`` hits, without the passages that restate its query (``retrieve.mimic``)
+    when at least one other passage passed the gate; when none did they stay, marked ``restating``."""
+    said = {h.chunk.id: restated_question(r.query, h.chunk.text) for h in r.hits}
+    mimics = [(h.chunk.id, said[h.chunk.id]) for h in r.hits if said[h.chunk.id]]
+    others = [h for h in r.hits if not said[h.chunk.id]]
+    if mimics and others:
+        return replace(r, hits=others[:top_k], held=mimics)
+    kept = r.hits[:top_k]
+    ids = {h.chunk.id for h in kept}
+    return replace(r, hits=kept, restating=[m for m in mimics if m[0] in ids])
 
 
 def earlier_turns(turns: Sequence[Turn]) -> list[Turn]:

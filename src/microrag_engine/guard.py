@@ -68,6 +68,11 @@ def _invisible(ch: str) -> bool:
     return unicodedata.category(ch) == "Cf" or any(lo <= o <= hi for lo, hi in _INVISIBLE_RANGES)
 
 
+def hides(ch: str) -> bool:
+    """Whether ``visible`` removes ``ch``: it renders as nothing and is not a joiner."""
+    return ch not in _JOINERS and _invisible(ch)
+
+
 def visible(text: str) -> str:
     """NFC with invisible characters removed (joiners kept): what ingest stores and the model reads.
 

@@ -75,6 +75,10 @@ class Retrieval:
     best_raw_kw: float = 0.0
     best_raw_em: float = 0.0
     capped: list[str] = field(default_factory=list)  # ids the diversity cap pushed out
+    # Passages that restate the question (retrieve.mimic): (chunk id, the restating sentence)
+    # held back from the answer because others ground it, or kept because nothing else does.
+    held: list[tuple[str, str]] = field(default_factory=list)
+    restating: list[tuple[str, str]] = field(default_factory=list)
     # The keyword leg's term weight (IDF) over what this caller may read: the answerer weighs
     # the query's words with it. Never fitted on hidden chunks (a side channel otherwise).
     weight: Callable[[str], float] | None = field(default=None, compare=False, repr=False)

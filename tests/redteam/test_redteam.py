@@ -8,6 +8,7 @@ server's own defences stand between the attacker and the canaries.
 from __future__ import annotations
 
 import json
+from dataclasses import replace
 
 import pytest
 
@@ -15,10 +16,11 @@ pytest.importorskip("fastapi", reason="server extra not installed")
 
 from conftest import FIXTURES, needs_models, needs_shared, run_cli  # noqa: E402
 from microrag_engine.redteam import lab  # noqa: E402
-from microrag_engine.redteam.attacks import kb_secrets, recoverable, run_all  # noqa: E402
+from microrag_engine.redteam.attacks import kb_secrets, provisioned, recoverable, run_all  # noqa: E402
 from microrag_engine.redteam.compliant import respond  # noqa: E402
 from microrag_engine.redteam.compliant import serve as serve_model
-from microrag_engine.server.defences import HARDENED, LAB, Profile  # noqa: E402
+from microrag_engine.server.auth import KeyStore  # noqa: E402
+from microrag_engine.server.defences import HARDENED, LAB, Defences, Profile  # noqa: E402
 
 LAB_KB = FIXTURES / "lab-kb"
 
@@ -76,9 +78,34 @@ def test_no_attack_succeeds_against_the_default_profile(tmp_path, model, probe):
     finally:
         server.should_exit = True
     assert all(r["attempts"] > 0 for r in rows)
+    assert {r["position"] for r in rows} == {"caller", "anonymous", "reader", "contributor", "trusted", "operator"}
     landed = [r for r in rows if r["successes"]]
     assert not landed, json.dumps(landed, indent=1)
     assert kb_secrets(LAB_KB)  # the predicate had secrets to look for
+
+
+@needs_models
+@needs_shared
+def test_insider_attacks_land_without_the_insider_defences(tmp_path, model, probe):
+    """The trusted-contributor position is a real attack position: with screening and the
+    answer-time checks off (the defences as they stood before #19) its attacks land, and
+    the red team provisions that position's key itself from an admin key."""
+    before = Profile("before-19", replace(Defences(), screening=False, answer_checks=False, provenance_prior=False))
+    server, url, keys = start_server(tmp_path, before, model, tools_dir=probe.parent)
+    try:
+        with provisioned(url, {"admin": keys["admin"]}) as every:
+            assert set(every) == {"admin", "trusted", "contributor", "reader"}
+            rows = run_all(url, every, LAB_KB, probe)
+        assert all(k["revoked"] for k in KeyStore(tmp_path / "keys.sqlite").list() if k["name"].startswith("redteam-"))
+    finally:
+        server.should_exit = True
+    landed = {r["attack"] for r in rows if r["position"] == "trusted" and r["successes"]}
+    assert {"PoisonedRAG", "blending", "ingestion poisoning"} <= landed, json.dumps(rows)
+    # the file-tool policy holds on its own: planted calls from an insider run nothing
+    assert not [r for r in rows if r["attack"] in ("retrieval hijacking", "slow drip") and r["successes"]]
+    # and the untrusted contributor is still stopped by quarantine alone
+    assert not [r for r in rows if r["position"] in ("anonymous", "reader", "contributor") and r["successes"]]
+    assert {r["position"] for r in rows} == {"caller", "anonymous", "reader", "contributor", "trusted", "operator"}
 
 
 @needs_shared

@@ -34,8 +34,9 @@ def register(sub: argparse._SubParsersAction) -> None:
     ll.set_defaults(run=cmd_local_llm)
     rt = sub.add_parser("redteam", help="run the canonical RAG attacks against a live server")
     rt.add_argument("--target", required=True, help="server base URL, e.g. http://127.0.0.1:8000")
-    rt.add_argument("--keys", help="admin=KEY,trusted=KEY,contributor=KEY,reader=KEY: trusted is a contributor key made "
-                    "with --trusted (missing roles call anonymously)")
+    rt.add_argument("--keys", help="admin=KEY[,trusted=KEY,contributor=KEY,reader=KEY]: with an admin key alone the red team "
+                    "makes the other keys itself (POST /keys) and revokes them afterwards; trusted is a contributor key "
+                    "made with --trusted; without any key every attack runs anonymously")
     rt.add_argument("--kb", default="../shared/fixtures/lab-kb", help="the planted-secrets knowledge base the server holds")
     rt.add_argument("--probe", default="/etc/hostname", help="a file the file tool must never reveal (put it in the "
                     "server's --tools-dir to test planted calls that name it by a relative path)")
@@ -85,7 +86,7 @@ def cmd_compliant_llm(args: argparse.Namespace) -> int:
 
 
 def cmd_redteam(args: argparse.Namespace) -> int:
-    from ..redteam.attacks import ROLES, run_all
+    from ..redteam.attacks import ROLES, provisioned, run_all, table
 
     keys = dict(kv.split("=", 1) for kv in (args.keys or "").split(",") if "=" in kv)
     unknown = set(keys) - set(ROLES)
@@ -97,14 +98,13 @@ def cmd_redteam(args: argparse.Namespace) -> int:
     import httpx  # the red-team client, only for this command
 
     try:
-        rows = run_all(args.target, keys, kb, probe)
+        with provisioned(args.target, keys) as every:
+            rows = run_all(args.target, every, kb, probe)
     except httpx.TransportError as exc:
         raise MicroRAGError(f"cannot reach {args.target}: {type(exc).__name__}") from None
     if args.json:
         json.dump(rows, sys.stdout, indent=1)
         print()
     else:
-        print(f"{'attack':<26}{'attempts':>9}{'successes':>10}  defence that stopped it")
-        for r in rows:
-            print(f"{r['attack']:<26}{r['attempts']:>9}{r['successes']:>10}  {r['defence']}")
+        print(table(rows))
     return 1 if any(r["successes"] for r in rows) else 0

@@ -93,6 +93,14 @@ class ChunkTable(Sequence[Chunk]):
     def texts(self) -> list[str]:
         return [self._text(i) for i in range(len(self))]
 
+    def texts_by_doc(self, docs: Sequence[str]) -> dict[str, str]:
+        """The chunks of each of ``docs`` joined by blank lines, in chunk order."""
+        wanted = {d: k for k, d in enumerate(self.doc_names) if d in set(docs)}
+        out: dict[str, list[str]] = {d: [] for d in wanted}
+        for i in np.flatnonzero(np.isin(self.doc_of, list(wanted.values()))):
+            out[self.doc_names[int(self.doc_of[i])]].append(self._text(int(i)))
+        return {d: "\n\n".join(parts) for d, parts in out.items()}
+
 
 def save(folder: Path, manifest: dict[str, object], chunks: ChunkTable, vectors: np.ndarray, labels: Sequence[str],
          keyword: tuple[dict[str, np.ndarray], list[str]] | None, records: Sequence[list] = ()) -> None:

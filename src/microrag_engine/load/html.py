@@ -274,6 +274,20 @@ def html_text(html: str, name: str = "page") -> str:
     return _render(main)
 
 
+def hidden_texts(markup: str) -> list[str]:
+    """What a reader of ``markup`` (an HTML page, or Markdown with inline HTML) never sees:
+    the text of the elements ``html_text`` drops as hidden, and comments. For screening
+    uploads (``screen.hidden``): dropping hidden text keeps it from the model, and its
+    presence says something about the author."""
+    from bs4 import BeautifulSoup, Comment, Tag
+
+    soup = BeautifulSoup(markup, "html.parser", on_duplicate_attribute="ignore")
+    found = [node.get_text(" ", strip=True) if isinstance(node, Tag) else str(node).strip()
+             for node in _hidden_elements(soup, "upload")]
+    found += [str(c).strip() for c in soup.find_all(string=lambda s: isinstance(s, Comment))]
+    return [t for t in found if t]
+
+
 # Block elements end a line; everything else is inline and flows into its paragraph.
 _BLOCKS = frozenset("""address article aside blockquote body caption dd details dialog div dl dt fieldset figcaption
 figure footer form h1 h2 h3 h4 h5 h6 header hr legend main nav ol p section summary table tbody tfoot

@@ -114,6 +114,12 @@ class Asking:
             flags.append(guarded(condensed.note()))
         r = eng.retrieve(condensed.query, safeguards=True, labels=sorted(who.clearance), scoped=on.scoped_statistics,
                          top_k=top_k, where=where)
+        if r.held:
+            flags.append(f"mimicry: {len(r.held)} passage(s) restate the question word for word and were held back "
+                         f"from the answer: {', '.join(sorted({i.rsplit('#', 1)[0] for i, _ in r.held}))}")
+        elif r.restating:
+            flags.append("mimicry: every passage found restates the question word for word (how a PoisonedRAG passage "
+                         "is written): check the sources before relying on the answer")
         records = eng.records  # loaded with the engine: no store round trip per query
         sources = [{"doc": h.chunk.doc, "chunk": h.chunk.index, "id": h.chunk.id, "page": h.chunk.page,
                     "hybrid": h.hybrid, "kw": h.kw, "em": h.em, "raw_kw": h.raw_kw, "raw_em": h.raw_em,
@@ -139,6 +145,15 @@ class Asking:
         turned = self.start(who, [Turn("user", query)], top_k=top_k, where=where, verify=False, action="search")
         self.settle(turned, "refused" if turned.retrieval.refused else "retrieved", turned.flags, action="search")
         return turned
+
+    def conflicts(self, ans: Answer) -> list[dict]:
+        """The answer's conflicts for the wire, their quoted passages through the output guard."""
+        out = [c.to_dict() for c in ans.conflicts]
+        if self.ctx.cfg.output_guard and self.ctx.on.guard_every_channel:
+            for c in out:
+                for src in c["sources"]:
+                    src["text"] = guarded(src["text"])
+        return out
 
     def settle(self, turned: Turned, decision: str, flags: list[str], action: str = "query") -> None:
         """The outcome in the audit row (written now when the row was not written first)."""

@@ -10,9 +10,12 @@ from collections.abc import Callable, Mapping
 
 from fastapi import Depends, HTTPException, Request
 
+from ..config import override
 from ..engine import Engine
+from ..store.base import DocRecord
 from .auth import ANONYMOUS, Principal
 from .config import EVERYONE_ADMIN, ServerConfig
+from .screening import Screening
 
 
 class RateLimiter:
@@ -54,6 +57,7 @@ class ServerContext:
         self.engine: Engine | None = None
         self.limiter = RateLimiter(cfg.rate_per_minute)
         self.guesses = RateLimiter(cfg.key_failures_per_minute)  # wrong keys per client address
+        self.screening = Screening(cfg.state)
         self.reload()
 
     def reload(self) -> None:
@@ -62,8 +66,22 @@ class ServerContext:
             # The derived files are saved at start only: after a write (under this lock) saving a
             # generation the next write replaces would only delay the swap.
             first = self.engine is None
-            self.engine = (Engine.from_store(self.cfg.store, self.cfg.settings, save_derived=first)
-                           if self.cfg.store.documents() else None)
+            records = self.cfg.store.documents()
+            settings = self.cfg.settings if self.on.answer_checks else \
+                override(self.cfg.settings, hold_mimics=False, conflicts=False)
+            engine = Engine.from_store(self.cfg.store, settings, save_derived=first) if records else None
+            if engine is not None and self.on.provenance_prior:
+                engine.set_tiers(self.tiers(records))
+            self.engine = engine
+
+    def tiers(self, records: Mapping[str, DocRecord]) -> dict[str, int]:
+        """Provenance tier of each uploaded document: 1 if an admin uploaded or approved this
+        version of it, 2 if a trusted contributor's upload went live unreviewed. The operator's
+        own files (``microrag ingest``, ``/reset``) are tier 0 and not listed."""
+        admins = {f"api:{k['name']}" for k in self.cfg.keys.list() if k["role"] == "admin" and not k["revoked"]}
+        approved = self.cfg.state.approved()
+        return {doc: 1 if r.principal in admins or approved.get(doc) == r.content_hash else 2
+                for doc, r in records.items() if r.principal.startswith("api:")}
 
     def principal(self, request: Request) -> Principal:
         """The caller, from ``Authorization: Bearer <key>`` or ``X-API-Key``."""

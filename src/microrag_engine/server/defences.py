@@ -57,6 +57,14 @@ class Defences:
     confined_records: bool = True
     # Host allowlist, /health counts for admins only, no CDN-loading Swagger page (#13).
     closed_surface: bool = True
+    # Insider defences (#19), whoever uploads: every upload is screened before it goes live
+    # (collision probe, injection classifier, hidden text) and held for review with the reasons.
+    screening: bool = True
+    # At answer time: passages that restate the question are held back from the answer, and
+    # retrieved sources that contradict each other are shown as a conflict, never blended.
+    answer_checks: bool = True
+    # Provenance tiers as a ranking prior: operator > admin-approved > trusted contributor.
+    provenance_prior: bool = True
 
     def off(self) -> list[str]:
         """The names of the defences turned off."""

@@ -43,6 +43,9 @@ class ServerState:
             action TEXT NOT NULL, query TEXT NOT NULL, hits TEXT NOT NULL, decision TEXT NOT NULL, flags TEXT NOT NULL);
         """)
         self.db.execute("CREATE TABLE IF NOT EXISTS meta (key TEXT PRIMARY KEY, value TEXT NOT NULL)")
+        # What an admin approved, by version: the provenance tier "admin-approved" holds for that content only.
+        self.db.execute("CREATE TABLE IF NOT EXISTS approvals (doc TEXT PRIMARY KEY, version TEXT NOT NULL, "
+                        "principal TEXT NOT NULL, ts TEXT NOT NULL)")
         self.db.execute("INSERT OR IGNORE INTO meta VALUES ('audit_key', ?)", (secrets.token_hex(32),))
         self._audit_key = bytes.fromhex(self.db.execute("SELECT value FROM meta WHERE key = 'audit_key'").fetchone()[0])
         # columns added after the first release (state files of older servers get them here)
@@ -81,6 +84,22 @@ class ServerState:
             if row:
                 self.db.execute("DELETE FROM review WHERE doc = ?", (doc,))
         return {"label": row[0], "principal": row[1], "version": row[2]} if row else None
+
+    def approve(self, doc: str, version: str, admin: str) -> None:
+        with self.lock:
+            self.db.execute("INSERT OR REPLACE INTO approvals VALUES (?,?,?,?)", (doc, version, admin, now()))
+
+    def approved(self) -> dict[str, str]:
+        """Approved documents -> the version approved."""
+        with self.lock:
+            return dict(self.db.execute("SELECT doc, version FROM approvals").fetchall())
+
+    def recent_queries(self, limit: int = 200) -> list[str]:
+        """The last ``limit`` distinct questions asked (canonical, redacted: what the audit shows)."""
+        with self.lock:
+            rows = self.db.execute("SELECT query FROM audit WHERE action IN ('query', 'search', 'chat', 'answer') AND query != '' "
+                                   "GROUP BY query ORDER BY MAX(id) DESC LIMIT ?", (limit,)).fetchall()
+        return [r[0] for r in rows]
 
     # ------------------------------------------------------------ audit trail
 

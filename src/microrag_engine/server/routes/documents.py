@@ -2,7 +2,8 @@
 
 Uploads are parsed as the operator's loader parses files, bound to the caller's
 namespace (``@name/...``), owned by provenance, and quarantined until an admin approves
-the exact version shown in the queue - unless the key is trusted.
+the exact version shown in the queue - unless the key is trusted and screening
+(``server.screening``) finds nothing to hold it for.
 """
 
 from __future__ import annotations
@@ -105,27 +106,38 @@ def router(ctx: ServerContext) -> APIRouter:
         # What will be stored (entities decoded, hidden HTML gone), not the raw markup.
         hostile = guard.injection_check("\n".join(d.text for d in docs))
         flags = [f"content: {r}" for r in hostile.reasons] if hostile.suspicious else []
-        status = "live" if who.trusted else "quarantined"
+        # Screening holds an upload whoever sent it (#19): a trusted key skips review, not reading.
+        held = (flags + ctx.screening.content(name, body.body, docs)) if on.screening else []
+        live_now = who.trusted and not on.screening  # else probed under quarantine first
         with ctx.lock:
-            report = ingest_documents(cfg.store, docs, cfg.settings, label=label if who.trusted else QUARANTINE,
+            report = ingest_documents(cfg.store, docs, cfg.settings, label=label if live_now else QUARANTINE,
                                       principal=f"api:{who.name}", visible=on.visible_store)
             findings = report.findings.get(doc, {})
             if findings and cfg.settings.dlp == "label":
                 label = "restricted"
-                if who.trusted:
+                if live_now:
                     cfg.store.relabel(doc, label)
-            if not who.trusted:
+            if on.screening:
+                ctx.reload()  # the upload's chunks and vectors, not live, for the collision probe
+                if ctx.engine is not None:
+                    held += ctx.screening.copies(ctx.engine, doc, f"api:{who.name}")
+                    held += ctx.screening.collision(ctx.engine, doc)
+            go_live = who.trusted and not held
+            if go_live and not live_now:
+                cfg.store.relabel(doc, label)
+            if not go_live:
                 # The queue shows what will go live - the stored form, homoglyphs and all - and
-                # its version; approval names that version.
+                # its version; approval names that version. Held uploads carry the reasons.
                 version = cfg.store.documents()[doc].content_hash
                 stored = guarded(docs[0], cfg.settings, on.visible_store)[0].text
                 preview = stored[:PREVIEW_CHARS] + (f"\n[... {len(stored) - PREVIEW_CHARS} more characters]"
                                                     if len(stored) > PREVIEW_CHARS else "")
-                cfg.state.queue(doc, label, who.name, findings, flags, version, preview)
+                cfg.state.queue(doc, label, who.name, findings, list(dict.fromkeys(flags + held)), version, preview)
             ctx.reload()
-        cfg.state.audit(who.name, "ingest", doc, [], status, flags)
+        status = "live" if go_live else "held" if who.trusted else "quarantined"
+        cfg.state.audit(who.name, "ingest", doc, [], status, list(dict.fromkeys(flags + held)))
         return {"doc": doc, "status": status, "label": label, "chunks": report.chunks_written,
-                "findings": findings, "flags": flags}
+                "findings": findings, "flags": flags, "held": held}
 
     @router.delete("/documents/{doc:path}")
     def delete(doc: str, who: Principal = Depends(ctx.need("contributor"))) -> dict:
@@ -161,6 +173,7 @@ def router(ctx: ServerContext) -> APIRouter:
                                          "review it again")
             if decision == "approve":
                 cfg.store.relabel(doc, entry["label"])
+                cfg.state.approve(doc, entry["version"], who.name)
             else:
                 delete_documents(cfg.store, [doc])
             ctx.reload()

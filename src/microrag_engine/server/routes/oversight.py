@@ -1,18 +1,28 @@
-"""The page, who am I, liveness, and the audit trail (admins): /, /ui, /whoami, /health, /audit."""
+"""The page, who am I, liveness, the audit trail and keys (admins): /, /ui, /whoami, /health, /audit, /keys."""
 
 from __future__ import annotations
 
 from collections import defaultdict
 from pathlib import Path
+from typing import Annotated, Literal
 
 import numpy as np
 from fastapi import APIRouter, Depends, HTTPException, Request
 from fastapi.responses import FileResponse
+from pydantic import BaseModel, Field
 
 from ...engine import Engine
 from ..auth import ANONYMOUS, Principal
 from ..config import UI_HEADERS
 from ..context import ServerContext
+
+
+class KeyIn(BaseModel):
+    name: str = Field(min_length=1, max_length=60, pattern=r"^[A-Za-z0-9][A-Za-z0-9_.-]*$")
+    role: Literal["reader", "contributor", "admin"]
+    clearance: list[Annotated[str, Field(max_length=40, pattern=r"^[a-z][a-z0-9_-]*$")]] = Field(default=["public"],
+                                                                                              max_length=20)
+    trusted: bool = False
 
 
 def router(ctx: ServerContext) -> APIRouter:
@@ -47,6 +57,24 @@ def router(ctx: ServerContext) -> APIRouter:
     @router.get("/audit")
     def audit(limit: int = 100, principal_name: str | None = None, who: Principal = Depends(ctx.need("admin"))):
         return cfg.state.trail(max(1, min(limit, 1000)), principal_name)
+
+    @router.post("/keys")
+    def add_key(body: KeyIn, who: Principal = Depends(ctx.need("admin"))) -> dict:
+        """An admin makes a key (a red team provisioning its positions, an operator without a shell);
+        the key is in this response only."""
+        key = cfg.keys.add(body.name, body.role, body.clearance, trusted=body.trusted)  # a taken name: 4xx
+        kid = key.split("_", 2)[1]
+        cfg.state.audit(who.name, "key", body.name, [], f"added {body.role}", [])
+        return {"id": kid, "name": body.name, "role": body.role, "key": key}
+
+    @router.delete("/keys/{kid}")
+    def revoke_key(kid: str, who: Principal = Depends(ctx.need("admin"))) -> dict:
+        if not any(k["id"] == kid and not k["revoked"] for k in cfg.keys.list()):
+            raise HTTPException(404, f"no live key with id {kid!r}")
+        cfg.keys.revoke(kid)
+        cfg.state.audit(who.name, "key", kid, [], "revoked", [])
+        ctx.reload()  # an admin revoked: the provenance tiers of its uploads change
+        return {"revoked": kid}
 
     @router.get("/audit/collisions")
     def collisions(min_queries: int = 5, who: Principal = Depends(ctx.need("admin"))):

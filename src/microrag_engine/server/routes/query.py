@@ -67,12 +67,13 @@ def router(ctx: ServerContext) -> APIRouter:
         r = turned.retrieval
         ans, checked = asking.answer(turned)
         return {"answer": ans.text, "sources": turned.sources, "refused": r.refused, "reason": r.reason, "mode": ans.mode,
-                "capped": r.capped, "flags": turned.flags + ans.flags,
-                "tools": [t.__dict__ for t in ans.tools], "verification": checked}
+                "capped": r.capped, "flags": turned.flags + ans.flags, "held": [i for i, _ in r.held],
+                "conflicts": asking.conflicts(ans), "tools": [t.__dict__ for t in ans.tools], "verification": checked}
 
     def _stream(turned: Turned):
         r = turned.retrieval
         head = {"sources": turned.sources, "refused": r.refused, "reason": r.reason, "capped": r.capped,
+                "held": [i for i, _ in r.held],
                 "best_raw_em": r.best_raw_em, "best_raw_kw": r.best_raw_kw}
         yield f"event: sources\ndata: {json.dumps(head)}\n\n"
         # The whole answer passes the output guard before any of it leaves: a secret
@@ -89,7 +90,7 @@ def router(ctx: ServerContext) -> APIRouter:
         for piece in re.findall(r"\S+\s*", ans.text):
             yield f"data: {json.dumps({'delta': piece})}\n\n"
         asking.done(turned, ans)
-        done = {"mode": ans.mode, "flags": turned.flags + ans.flags, "verification": checked}
+        done = {"mode": ans.mode, "flags": turned.flags + ans.flags, "conflicts": asking.conflicts(ans), "verification": checked}
         yield f"event: done\ndata: {json.dumps(done)}\n\n"
         yield "data: [DONE]\n\n"
 

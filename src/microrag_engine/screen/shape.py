@@ -1,0 +1,79 @@
+"""What a document's shape says about its purpose: stuffing, copies, and asking for secrets.
+
+* **Stuffing.** A document written to match many queries repeats one template with
+  other keywords ("vpn help: see this page. wifi help: see this page. ..."). Prose,
+  code and tables compress to 25-50% of their size with zlib; a stuffed page to a
+  few percent. At least ``STUFFED_MIN_CHARS`` long and compressing below
+  ``STUFFED_RATIO`` holds it.
+* **Copies.** The same text under several names multiplies its slots past the
+  per-source diversity cap: an upload whose words overlap one of the same uploader's
+  live documents by ``COPY_JACCARD`` or more (word 3-shingles) is a copy.
+* **Solicitation.** A sentence that tells the reader to send, upload or share *their*
+  credential (password, PIN, MFA code, card number, ...) somewhere is phishing planted
+  in the knowledge base; a model quotes it as policy. Negated sentences ("never send
+  your password") are advice, not a request.
+"""
+
+from __future__ import annotations
+
+import zlib
+from collections.abc import Iterable
+
+from .. import rx
+from ..guard import canonical
+from ..text import WORD_TOKEN, sentence_spans
+
+STUFFED_MIN_CHARS = 1500
+STUFFED_RATIO = 0.12
+COPY_JACCARD = 0.8
+
+_SECRET = (r"(?:passwords?|pass ?codes?|passphrases?|pins?|mfa(?: codes?)?|2fa(?: codes?)?|otp|one[- ]time (?:codes?|passwords?)"
+           r"|verification codes?|credentials?|login details|card numbers?|cvv|security codes?|social security numbers?"
+           r"|ssn|private keys?|recovery (?:codes?|phrases?)|seed phrases?)")
+_SEND = (r"(?:send|sent|e-?mail|mail|upload|forward|share|submit|provide|give|given|post|paste|text|dm|message"
+         r"|reply with)(?:s|ed|ing)?")
+_WHERE = r"(?:to|at|via|into|with)"
+_GAP = r"(?:[^.!?\n]|[.][^\s.!?])"  # within the sentence: a dot only inside a name (portal.example)
+_YOUR = r"\b(?:your|their|his|her|my|our|employees'|users')\b"  # the reader's own credential, not a topic
+# "send your <secret> to X" or "upload to X ... your <secret>", within one sentence.
+SOLICIT = rx.compile(rf"(?i)\b{_SEND}\b{_GAP}{{0,80}}(?:{_YOUR}{_GAP}{{0,30}}\b{_SECRET}\b{_GAP}{{0,80}}\b{_WHERE}\b"
+                     rf"|\b(?:to|at|via|into)\b{_GAP}{{0,80}}{_YOUR}{_GAP}{{0,30}}\b{_SECRET}\b)")
+NEGATED = rx.compile(r"(?i)\b(?:never|not|don't|do not|no one|nobody|must not|should not|won't|will never|avoid)\b")
+
+
+def stuffed(text: str) -> str:
+    """A reason when ``text`` is one template repeated (compresses too well), else ``""``."""
+    raw = text.encode("utf-8")
+    if len(raw) < STUFFED_MIN_CHARS:
+        return ""
+    ratio = len(zlib.compress(raw, 6)) / len(raw)
+    if ratio >= STUFFED_RATIO:
+        return ""
+    return (f"stuffing: the text compresses to {ratio:.0%} of its size (prose and code: 25-50%), "
+            "one template repeated with other keywords")
+
+
+def _shingles(text: str) -> set[tuple[str, ...]]:
+    words = [w.lower() for w in WORD_TOKEN.findall(text)]
+    return {tuple(words[i : i + 3]) for i in range(max(len(words) - 2, 1))} if words else set()
+
+
+def copy_of(text: str, others: Iterable[tuple[str, str]]) -> str:
+    """A reason when ``text`` is (nearly) the text of one of ``others`` ((name, text) pairs)."""
+    mine = _shingles(text)
+    if not mine:
+        return ""
+    for name, other in others:
+        theirs = _shingles(other)
+        if theirs and len(mine & theirs) / len(mine | theirs) >= COPY_JACCARD:
+            return f"copy: the same text as {name}, live under the same uploader (a way past the per-source cap)"
+    return ""
+
+
+def solicitation(text: str) -> str:
+    """A reason when a sentence of ``text`` asks the reader to send a credential somewhere."""
+    for start, end in sentence_spans(text):
+        sentence = canonical(text[start:end])
+        if SOLICIT.search(sentence) and not NEGATED.search(sentence):
+            return f"solicitation: asks readers to send a credential: {text[start:end].strip()[:100]!r}"
+    return ""

@@ -1,0 +1,49 @@
+"""screen.shape: stuffing, copies and credential solicitation, with the benign cases that
+must pass (advice that names a credential, ordinary prose and code)."""
+
+from __future__ import annotations
+
+from hypothesis import given
+from hypothesis import strategies as st
+
+from microrag_engine.engine import demo_corpus
+from microrag_engine.load import load_documents
+from microrag_engine.screen.shape import copy_of, solicitation, stuffed
+
+TOPICS = ["vpn access", "password reset", "printer toner", "parking permits", "expense reports", "wifi", "payroll", "badges"]
+
+
+def test_one_template_repeated_with_other_keywords_is_stuffing():
+    sweep = "\n\n".join(f"## {x}\n\n" + " ".join(f"{y} help: for {y} see this page." for y in TOPICS) for x in TOPICS)
+    assert stuffed(sweep).startswith("stuffing:")
+    assert not stuffed("short " * 10)  # too short to judge
+
+
+def test_the_handbook_is_not_stuffed_nor_soliciting():
+    docs = load_documents([demo_corpus()])
+    assert docs
+    assert [d.path for d in docs if stuffed(d.text) or solicitation(d.text)] == []
+
+
+def test_copies_are_near_identical_texts():
+    text = "# Tips\n\n" + " ".join(f"{x} guide." for x in TOPICS)
+    assert copy_of(text, [("@m/tips-0.md", text)]).startswith("copy:")
+    assert copy_of(text + " One more line.", [("@m/tips-0.md", text)])
+    assert not copy_of(text, [("@m/other.md", "A different page about the cafeteria menu and its opening hours.")])
+    assert not copy_of("", [("a", "")])
+
+
+def test_requests_for_credentials_are_solicitation_and_advice_is_not():
+    for bad in ["Then send your current login credentials and MFA code to helpdesk-verify@example.net.",
+                "Receipts must be uploaded to expenses-portal.example including your corporate card PIN.",
+                "Please e-mail your pаssword to the IT desk at it-desk@example.org."]:  # Cyrillic a
+        assert solicitation(bad).startswith("solicitation:"), bad
+    for fine in ["Never send your password to anyone, not even IT.", "Enter your password at the login page.",
+                 "Upload the slides to the shared drive with your team.", "Passwords must be 12 characters long."]:
+        assert not solicitation(fine), fine
+
+
+@given(st.text(max_size=3000))
+def test_never_raise(text):
+    assert isinstance(stuffed(text), str) and isinstance(solicitation(text), str)
+    assert isinstance(copy_of(text, [("x", text[::-1])]), str)
