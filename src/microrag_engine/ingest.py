@@ -51,6 +51,7 @@ class IngestReport:
     chunks_written: int = 0
     generation: int = 0
     findings: dict[str, dict[str, int]] = field(default_factory=dict)  # doc -> {kind: count}, never values
+    held: dict[str, list[str]] = field(default_factory=dict)  # doc -> why screening kept it out (``screen=``)
 
     @property
     def changes(self) -> int:
@@ -60,8 +61,9 @@ class IngestReport:
         found = sum(sum(k.values()) for k in self.findings.values())
         dlp = f"; DLP: {found} finding(s) in {len(self.findings)} document(s)" if found else ""
         gone = f"; {len(self.gone)} document(s) whose files are gone kept (--prune removes them)" if self.gone else ""
+        held = f"; {len(self.held)} held by screening, not indexed" if self.held else ""
         return (f"{len(self.added)} added, {len(self.changed)} changed, {len(self.unchanged)} unchanged, "
-                f"{len(self.removed)} removed ({self.chunks_written} chunks written{dlp}{gone})")
+                f"{len(self.removed)} removed ({self.chunks_written} chunks written{dlp}{gone}{held})")
 
     def dlp_lines(self) -> list[str]:
         """One line per document DLP changed: its path and the kinds found, never a value."""
@@ -555,27 +557,38 @@ def ingest_paths(
     principal: str | None = None,
     progress: bool | Callable[[int, int], None] = False,
     collection: str | None = None,
+    screen: Callable[[Document, Path], list[str]] | None = None,
 ) -> IngestReport:
     """Ingest every readable file under ``paths``. Ids carry their collection (``resolve_source``;
     ``collection=""`` keeps them unqualified, as ``--corpus`` runs do). Documents of these
-    folders whose files are gone are reported, and removed with ``prune``."""
+    folders whose files are gone are reported, and removed with ``prune``. ``screen(doc, file)``
+    returns why a document must not go live (``screen.content``): such a document is not
+    written (a previous version stays) and is listed in ``report.held``."""
     corpus = Corpus.resolve(store, paths, settings, collection)
     files_done = [0]
+    current: list[Path] = []  # the file the loader is reading: documents come out in file order
+    held: dict[str, list[str]] = {}
 
     def counted() -> Iterator[tuple[Source, Path, str]]:
         for source, path, rel in corpus.files:
+            current[:] = [path]
             yield source, path, rel
             files_done[0] += 1  # the loader asks for the next file: this one is done
 
     def documents() -> Iterator[tuple[Document, str]]:
         for source, d in iter_tagged(((s, path, rel) for s, path, rel in counted()), settings.markup):
             doc, origin = source_document(source, d, corpus.existing)
-            corpus.loaded.add(doc.path)
+            corpus.loaded.add(doc.path)  # held or not, its file is here: never pruned for it
+            reasons = screen(doc, current[0]) if screen is not None and current else []
+            if reasons:
+                held[doc.path] = reasons
+                continue
             yield doc, origin
 
     report = stream_documents(store, documents(), settings, label, principal, lambda: corpus.deletions(prune), progress,
                               extra_meta=corpus.roots, total=len(corpus.files), done=lambda: files_done[0])
     report.gone = [] if prune else corpus.missing
+    report.held = held
     return report
 
 

