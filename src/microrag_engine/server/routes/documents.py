@@ -107,7 +107,7 @@ def router(ctx: ServerContext) -> APIRouter:
         hostile = guard.injection_check("\n".join(d.text for d in docs))
         flags = [f"content: {r}" for r in hostile.reasons] if hostile.suspicious else []
         # Screening holds an upload whoever sent it (#19): a trusted key skips review, not reading.
-        held = ctx.screening.content(name, body.body, docs) if on.screening else []  # includes the heuristics' flags
+        held = ctx.screening.content(name, body.body, docs) if on.screening else []
         live_now = who.trusted and not on.screening  # else probed under quarantine first
         with ctx.lock:
             report = ingest_documents(cfg.store, docs, cfg.settings, label=label if live_now else QUARANTINE,
