@@ -18,7 +18,7 @@ a query's cost times ~100-300 probes per upload.
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Iterable, Sequence
 from dataclasses import dataclass
 from functools import lru_cache
 from importlib.resources import files
@@ -45,9 +45,11 @@ class Surfacing:
         return len(self.unrelated) >= MIN_UNRELATED
 
     def reason(self) -> str:
-        shown = "; ".join(repr(q) for q in self.unrelated[:4])
+        """Why it is held, quoting shipped probes only: other users' questions are not the uploader's to read."""
+        generic = set(generic_probes())
+        shown = "; ".join(repr(q) for q in self.unrelated if q in generic)[:300]
         return (f"collision: would enter the top-K for {len(self.probes)} probe question(s), {len(self.unrelated)} of "
-                f"them about unrelated things ({shown}...): a document written to match everything")
+                f"them about unrelated things (e.g. {shown or 'recent queries'}): a document written to match everything")
 
 
 @lru_cache(maxsize=1)
@@ -83,13 +85,17 @@ def mutually_unrelated(questions: Sequence[str], vectors: np.ndarray, below: flo
     return [questions[i] for i in chosen]
 
 
-def probe(engine: Engine, doc: str, questions: Sequence[str], vectors: ProbeVectors) -> Surfacing:
+def probe(engine: Engine, doc: str, questions: Sequence[str], vectors: ProbeVectors,
+          labels: Iterable[str] | None = None) -> Surfacing:
     """Which of ``questions`` would rank ``doc`` (already in ``engine``'s index, not yet live)
-    in the top-K against every live chunk."""
+    in the top-K against the live chunks of ``labels`` (all live ones when None): the uploader's
+    clearance, so whether an upload is held never depends on documents its uploader cannot read."""
     index, settings = engine.index, engine.settings
     docs = index.chunks.docs()
     mine = docs == doc
-    live = np.array([not str(label).startswith("_") for label in engine.labels], dtype=bool)
+    readable = None if labels is None else set(labels)
+    live = np.array([not str(label).startswith("_") and (readable is None or label in readable)
+                     for label in engine.labels], dtype=bool)
     cand = np.flatnonzero((live & ~mine) | mine)
     if not mine.any() or not questions:
         return Surfacing([], [])

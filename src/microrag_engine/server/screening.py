@@ -21,6 +21,7 @@ there; nothing is live until it passes.
 from __future__ import annotations
 
 import threading
+from collections.abc import Iterable
 
 from ..engine import Engine
 from ..screen.collision import ProbeVectors, generic_probes, probe
@@ -53,11 +54,11 @@ class Screening:
         found = copy_of(texts.get(doc, ""), ((d, texts.get(d, "")) for d in mine))
         return [found] if found else []
 
-    def collision(self, engine: Engine, doc: str) -> list[str]:
-        """A reason when ``doc`` (in ``engine``'s index, not live) would sweep the top-K."""
+    def collision(self, engine: Engine, doc: str, labels: Iterable[str]) -> list[str]:
+        """A reason when ``doc`` (in ``engine``'s index, not live) would sweep the top-K of what ``labels`` may read."""
         questions = list(dict.fromkeys([*generic_probes(), *self.state.recent_queries(RECENT_QUERIES)]))
         with self._lock:  # one embedding cache, filled by one upload at a time
             if self._vectors is None or self._vectors.embedder is not engine.index.embedder:
                 self._vectors = ProbeVectors(engine.index.embedder)
-            found = probe(engine, doc, questions, self._vectors)
+            found = probe(engine, doc, questions, self._vectors, labels)
         return [found.reason()] if found.sweeping else []

@@ -121,7 +121,7 @@ def router(ctx: ServerContext) -> APIRouter:
                 ctx.reload()  # the upload's chunks and vectors, not live, for the collision probe
                 if ctx.engine is not None:
                     held += ctx.screening.copies(ctx.engine, doc, f"api:{who.name}")
-                    held += ctx.screening.collision(ctx.engine, doc)
+                    held += ctx.screening.collision(ctx.engine, doc, who.clearance | {label})
             go_live = who.trusted and not held
             if go_live and not live_now:
                 cfg.store.relabel(doc, label)
