@@ -109,7 +109,7 @@ def main() -> None:
     result["hold_rule"] = rule
     lines += ["\n## The hold rule at ingest (screen.content)\n",
               "A flagged window holds a document only when it also speaks to a model or about its instructions "
-              "(`screen.content.ADDRESSES_MODEL`). Held-out windows, and whole Python-docs pages (all 544 rendered pages: "
+              "(`screen.content.ADDRESSES_MODEL`). Held-out windows, and whole Python-docs pages (every rendered page: "
               "60% of them were training pages for the classifier, so this is a dev figure):\n",
               "| | classifier alone | hold rule |", "|---|---:|---:|"]
     for key, (alone, held) in rule["windows"].items():

@@ -20,10 +20,13 @@ from .shape import solicitation, stuffed
 # high on their own ("Then, open a command prompt window and run:"): measured on the Python
 # docs, 46 of 544 pages had such a window and 1 with this cue (benchmarks/results/injection.md).
 ADDRESSES_MODEL = rx.compile(
-    r"(?i)\b(?:assistant|ai|a\.i\.|chatbot|chat ?gpt|language model|llm|gpt|claude|bot|system prompt"
-    r"|(?:previous|prior|earlier|above|original) (?:instructions|guidance|rules|directions)"
+    r"(?i)\b(?:assistant|ai|a\.i\.|chatbot|chat ?gpt|language model|llm|gpt|claude|bot|models?|system prompt"
+    r"|(?:previous|prior|earlier|above|original) (?:instructions|guidance|rules|directions)|instructions you"
     r"|ignore|disregard|forget|override|read_file|tool|you are now|jailbreak|dan|developer mode"
-    r"|unrestricted|no restrictions)\b")
+    r"|unrestricted|no restrictions|pretend|act as|acting as|role-?play|from now on|stay in character|persona"
+    r"|answer as|respond(?:ing)? (?:as|with)|reveal|(?:reads?|reading) this"
+    r"|(?:your|every|each) (?:answer|response|reply|output)s?"
+    r"|your (?:instructions|rules|guidelines|programming|prompt|system|restrictions|filters|policies))\b")
 
 
 def injections(stored: str) -> list[injection.Flagged]:

@@ -177,8 +177,9 @@ $("#uploadform").addEventListener("submit", async (ev) => {
   try {
     const r = await api("POST", "/ingest", { source: $("#upsource").value, body: $("#upbody").value, label: $("#uplabel").value });
     const found = Object.entries(r.findings).map(([k, v]) => `${k} x${v}`).join(", ");
-    $("#upstatus").textContent = `${r.doc}: ${r.status === "quarantined" ? "quarantined - waiting for an admin's review" : "live"}` +
-      (found ? ` (redacted: ${found})` : "");
+    const state = r.status === "quarantined" ? "quarantined - waiting for an admin's review"
+      : r.status === "held" ? "held for an admin's review: " + (r.held || []).join("; ") : "live";
+    $("#upstatus").textContent = `${r.doc}: ${state}` + (found ? ` (redacted: ${found})` : "");
     if (!$("#admin").hidden) refreshAdmin();
   } catch (err) { $("#upstatus").textContent = "Upload failed: " + err.message; }
 });
