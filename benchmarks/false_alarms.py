@@ -34,14 +34,14 @@ import dataclasses
 import json
 import logging
 import os
-import platform
 import random
 import shutil
-import subprocess
 import sys
 import tempfile
 import time
 from pathlib import Path
+
+from hostinfo import machine  # noqa: E402 - benchmarks/ is the script's folder
 
 from microrag_engine.engine import demo_corpus
 from microrag_engine.eval.qa import load_qa
@@ -188,15 +188,6 @@ def conflict_summary(rows: list[dict]) -> dict:
 
 
 # ----------------------------------------------------------------------------- report
-
-
-def machine() -> str:
-    try:
-        out = subprocess.run(["lscpu"], capture_output=True, text=True, check=True).stdout
-        model = next(line.split(":", 1)[1].strip() for line in out.splitlines() if line.startswith("Model name"))
-    except (OSError, subprocess.CalledProcessError, StopIteration):
-        model = platform.processor() or "unknown CPU"
-    return f"{model}, {os.cpu_count()} cores"
 
 
 def cell(text: str) -> str:

@@ -37,16 +37,16 @@ import argparse
 import dataclasses
 import json
 import logging
-import platform
 import random
 import re
 import shutil
-import subprocess
 import sys
 import tempfile
 import time
 from collections import Counter
 from pathlib import Path
+
+from hostinfo import machine  # noqa: E402 - benchmarks/ is the script's folder
 
 from microrag_engine.redteam import lab
 from microrag_engine.redteam.attacks import Target
@@ -259,17 +259,6 @@ def summary(rows: list[dict], extra: dict | None = None) -> dict:
          "http_errors": sum(r["http"] != 200 for r in rows), "p50_query_ms": round(p([r["ms"] for r in rows], 0.5), 1),
          "p99_query_ms": round(p([r["ms"] for r in rows], 0.99), 1)}
     return {**s, **(extra or {})}
-
-
-def machine() -> str:
-    try:
-        out = subprocess.run(["lscpu"], capture_output=True, text=True, check=True).stdout
-        model = next(line.split(":", 1)[1].strip() for line in out.splitlines() if line.startswith("Model name"))
-    except (OSError, subprocess.CalledProcessError, StopIteration):
-        model = platform.processor() or "unknown CPU"
-    import os
-
-    return f"{model}, {os.cpu_count()} cores"
 
 
 def pct(a: int, n: int) -> str:
