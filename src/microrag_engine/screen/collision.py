@@ -117,7 +117,8 @@ def probe(engine: Engine, doc: str, questions: Sequence[str], vectors: ProbeVect
             won.append(j)
         for cid in mine_here:
             by_passage.setdefault(cid, []).append(j)
-    best, passage = [], ""
+    best: list[str] = []
+    passage = ""
     for cid, js in by_passage.items():
         unrelated = mutually_unrelated([questions[j] for j in js], qv[js])
         if len(unrelated) > len(best):
