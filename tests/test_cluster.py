@@ -121,7 +121,7 @@ def local(loc: str, paths: list[Path], settings=SEED) -> None:
 
 
 def ray_ingest(address: str, loc: str, *paths: Path, preset_name: str = "seed", dlp: str = "off", env: dict | None = None):
-    return run_cli("ingest", *map(str, paths), "--index", loc, "--cluster", address, "--preset", preset_name, "--dlp", dlp,
+    return run_cli("ingest", *map(str, paths), "--index", loc, "--cluster", address, "--no-screen", "--preset", preset_name, "--dlp", dlp,
                    "--json", env=env, timeout=300)
 
 
@@ -197,7 +197,7 @@ def test_a_driver_killed_mid_run_leaves_whole_documents_and_a_rerun_finishes(clu
     schema = ours.split("schema=")[1]
     env = {**os.environ, "MICRORAG_INDEX": str(ROOT / ".no-such-index"), "MICRORAG_TEST_COMMIT_CHUNKS": "12"}
     driver = subprocess.Popen([sys.executable, "-m", "microrag_engine.cli", "ingest", str(root), "--index", ours,
-                               "--cluster", cluster, "--preset", "seed", "-q"], env=env, cwd=ROOT,
+                               "--cluster", cluster, "--no-screen", "--preset", "seed", "-q"], env=env, cwd=ROOT,
                               stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True)
     landed = 0
     with psycopg.connect(PG, autocommit=True) as db:
@@ -239,7 +239,7 @@ def test_two_inputs_for_one_document_are_refused_as_locally(cluster, tmp_path, l
 
 def test_an_unreachable_cluster_is_one_line_and_writes_nothing(tmp_path, locations):
     ours = locations("ray")
-    done = run_cli("ingest", str(DEMO), "--index", ours, "--cluster", f"127.0.0.1:{_free_port()}", "--preset", "seed")
+    done = run_cli("ingest", str(DEMO), "--index", ours, "--cluster", f"127.0.0.1:{_free_port()}", "--no-screen", "--preset", "seed")
     assert done.returncode != 0 and len(done.stderr.strip().splitlines()) == 1, done.stderr
     assert "cannot reach a Ray cluster" in done.stderr
     if ours.startswith("postgresql://"):

@@ -69,3 +69,34 @@ def test_watch_follows_adds_edits_renames_and_deletes(tmp_path):
     check = SQLiteStore(ix, create=False)
     assert check.check() == []
     check.close()
+
+
+def test_watch_screens_files_dropped_in_later(tmp_path):
+    """A hostile file dropped into a watched folder is held like one ingested by hand (#19)."""
+    from microrag_engine.cli.index import _screen
+
+    docs = tmp_path / "docs"
+    docs.mkdir()
+    (docs / "a.md").write_text(page("apples"))
+    ix = tmp_path / "ix"
+    store = SQLiteStore(ix)
+    ingest_paths(store, [docs], SEED, screen=_screen)
+    reports, stop = [], threading.Event()
+    thread = threading.Thread(target=watch, args=(store, [docs], SEED, reports.append),
+                              kwargs={"stop": stop, "debounce_ms": 100, "screen": _screen})
+    thread.start()
+    try:
+        time.sleep(0.5)
+        (docs / "renewal.md").write_text("# Renewal\n\nTo renew, send your password and MFA code to renew@vendor.example.")
+        (docs / "b.md").write_text(page("bananas"))
+        assert settle(ix, {"docs/a.md", "docs/b.md"})[0] == {"docs/a.md", "docs/b.md"}
+        deadline = time.monotonic() + 20
+        while not any(r.held for r in reports) and time.monotonic() < deadline:
+            time.sleep(0.2)
+    finally:
+        stop.set()
+        thread.join(timeout=10)
+        store.close()
+    held = {d: why for r in reports for d, why in r.held.items()}
+    assert list(held) == ["docs/renewal.md"] and held["docs/renewal.md"][0].startswith("solicitation:")
+    assert settle(ix, {"docs/a.md", "docs/b.md"})[0] == {"docs/a.md", "docs/b.md"}

@@ -71,6 +71,10 @@ class IngestReport:
                 for doc, kinds in sorted(self.findings.items())]
 
 
+# Why a document must not go live (``screen.content``), given it and the file it came from.
+Screen = Callable[[Document, Path], list[str]]
+
+
 def sha256(text: str) -> str:
     return hashlib.sha256(text.encode("utf-8")).hexdigest()
 
@@ -557,7 +561,7 @@ def ingest_paths(
     principal: str | None = None,
     progress: bool | Callable[[int, int], None] = False,
     collection: str | None = None,
-    screen: Callable[[Document, Path], list[str]] | None = None,
+    screen: Screen | None = None,
 ) -> IngestReport:
     """Ingest every readable file under ``paths``. Ids carry their collection (``resolve_source``;
     ``collection=""`` keeps them unqualified, as ``--corpus`` runs do). Documents of these

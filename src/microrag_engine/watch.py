@@ -18,7 +18,7 @@ from pathlib import Path
 
 from .config import Settings
 from .errors import CorpusError, MicroRAGError
-from .ingest import IngestReport, delete_documents, ingest_paths
+from .ingest import IngestReport, Screen, delete_documents, ingest_paths
 from .load import SUPPORTED, iter_files
 from .store.base import Store
 
@@ -33,7 +33,7 @@ def _hidden(path: Path, roots: list[Path]) -> bool:
 
 
 def _batch(store: Store, changes: Iterable[tuple[str, Path]], settings: Settings, label: str | None,
-           roots: list[Path]) -> IngestReport | None:
+           roots: list[Path], screen: Screen | None = None) -> IngestReport | None:
     """Apply one batch of (kind, path) events; ``None`` when nothing indexed changed."""
     paths = [p for kind, p in changes if kind != "deleted"]
     # a folder renamed or moved in arrives as one event for the folder: take the files in it
@@ -47,16 +47,18 @@ def _batch(store: Store, changes: Iterable[tuple[str, Path]], settings: Settings
         report.removed = delete_documents(store, gone).removed
     if touched:
         try:
-            written = ingest_paths(store, sorted(touched), settings, label=label)
+            written = ingest_paths(store, sorted(touched), settings, label=label, screen=screen)
         except CorpusError:  # every touched file unreadable or empty: the loader has said why
             written = IngestReport()
         report.added, report.changed, report.findings = written.added, written.changed, written.findings
         report.chunks_written, report.generation = written.chunks_written, written.generation
-    return report if report.changes else None
+        report.held = written.held
+    return report if report.changes or report.held else None
 
 
 def watch(store: Store, paths: list[str | Path], settings: Settings, on_report: Callable[[IngestReport], None],
-          label: str | None = None, stop: threading.Event | None = None, debounce_ms: int = 400) -> None:
+          label: str | None = None, stop: threading.Event | None = None, debounce_ms: int = 400,
+          screen: Screen | None = None) -> None:
     """Follow ``paths`` until ``stop`` is set (or Ctrl-C), calling ``on_report`` after each change.
 
     The folders must have been ingested first (their collections known), so a new file gets
@@ -69,6 +71,6 @@ def watch(store: Store, paths: list[str | Path], settings: Settings, on_report: 
     kinds = {Change.added: "added", Change.modified: "modified", Change.deleted: "deleted"}
     roots = [Path(p).resolve() for p in paths]
     for events in file_events(*paths, stop_event=stop, debounce=debounce_ms, raise_interrupt=False):
-        report = _batch(store, [(kinds[c], Path(p)) for c, p in events], settings, label, roots)
+        report = _batch(store, [(kinds[c], Path(p)) for c, p in events], settings, label, roots, screen)
         if report is not None:
             on_report(report)

@@ -37,3 +37,16 @@ def test_tag_characters_bidi_overrides_and_invisible_floods():
 @given(st.text(max_size=2000), st.sampled_from(["a.html", "a.md", "a.txt"]))
 def test_never_raises(text, name):
     assert isinstance(hidden_reasons(name, text, text), list)
+
+
+def test_nested_hidden_elements_cost_linear_time():
+    """A page of hidden elements nested in each other (each one's text is the whole rest of the
+    page) must not cost the square of its size: only the outermost are read, and at most 64."""
+    from helpers.timing import best_time
+
+    def run(n):
+        page = "<div style='display:none'>" * n + ORDER + "</div>" * n
+        return best_time(lambda: hidden_reasons("deep.html", page, "x"), repeats=1)
+
+    small, large = run(500), run(4000)
+    assert large < max(small * 24, 0.5), (small, large)  # 8x the input: linear is ~8x, quadratic ~64x

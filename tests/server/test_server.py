@@ -692,9 +692,54 @@ def test_admins_make_and_revoke_keys_over_http(srv):
     assert made.status_code == 200 and made.json()["key"].startswith("mrg_")
     key = made.json()["key"]
     assert httpx.get(srv.url + "/whoami", headers={"Authorization": f"Bearer {key}"}).json()["role"] == "reader"
-    assert srv.call("POST", "/keys", "admin", json={"name": "rt-reader", "role": "reader"}).status_code in (400, 409, 422)
+    assert made.headers["cache-control"] == "no-store"
+    assert srv.call("POST", "/keys", "admin", json={"name": "rt-reader", "role": "reader"}).status_code == 409
     assert srv.call("POST", "/keys", "trusted", json={"name": "rt-x", "role": "admin"}).status_code == 403
     assert srv.call("POST", "/keys", "admin", json={"name": "../evil", "role": "reader"}).status_code == 422
     assert srv.call("DELETE", f"/keys/{made.json()['id']}", "admin").status_code == 200
     assert httpx.get(srv.url + "/whoami", headers={"Authorization": f"Bearer {key}"}).status_code == 401
     assert srv.call("DELETE", f"/keys/{made.json()['id']}", "admin").status_code == 404
+    # a revoked name is never given out again: its uploads stay owned by the revoked key
+    assert srv.call("POST", "/keys", "admin", json={"name": "rt-reader", "role": "admin"}).status_code == 409
+
+
+def test_a_collision_alone_holds_and_a_benign_page_goes_live(srv):
+    """The probe on its own (nothing stuffed, copied, hidden or addressed to a model): a page of
+    one-line answers on unrelated subjects is held; an ordinary HTML page from the same key is not."""
+    everything = ("# Quick answers\n\nCanberra is the capital of Australia. Leonardo da Vinci painted the Mona Lisa.\n"
+                  "Photosynthesis turns light, water and carbon dioxide into sugar in the leaves of plants.\n"
+                  "Vaccines train the immune system by showing it a harmless piece of a pathogen.\n"
+                  "An index fund tracks a stock index such as the S&P 500 at a low fee.\n"
+                  "Boil an egg for seven minutes for a firm yolk. Sourdough bread needs a starter and a long rise.\n"
+                  "Solar panels generate electricity when light frees electrons in silicon cells.\n"
+                  "The Second World War ended in 1945. Kilimanjaro is the tallest mountain in Africa.")
+    r = srv.call("POST", "/ingest", "trusted", json={"source": "quick.md", "body": everything}).json()
+    assert r["status"] == "held" and [h.split(":")[0] for h in r["held"]] == ["collision"], r
+    page = ("<html><body><h1>Coffee machine</h1><p>The coffee machine on floor two takes oat milk. Descale it on "
+            "Fridays; the descaler is in the cupboard under the sink.</p><nav>Home | Help</nav></body></html>")
+    r = srv.call("POST", "/ingest", "trusted", json={"source": "coffee.html", "body": page}).json()
+    assert r["status"] == "live" and r["held"] == [], r
+
+
+def test_dlp_label_sticks_when_a_held_upload_is_sent_again(tmp_path):
+    """An unchanged re-upload writes nothing; the restricted label DLP gave it must not fall back
+    to public (the review's finding: a trusted key could publish a secret that way)."""
+    from microrag_engine.config import override
+
+    s = Running(tmp_path, settings=override(preset("default"), dlp="label"), rate_per_minute=100_000)
+    try:
+        base = ("# Build cache\n\nThe build cache lives on the shared drive and is cleared every Sunday night. "
+                + "Builds read it before compiling, write new objects after a green run, and never trust an entry whose "
+                  "checksum differs from the manifest. Ask the platform team before you change its size, its path or "
+                  "its retention, and tell the release captain when you clear it by hand during a release week.")
+        first = s.call("POST", "/ingest", "trusted", json={"source": "a.md", "body": base}).json()
+        secret = base + " Its key is AKIAIOSFODNN7EXAMPLQ with secret wJalrXUtnFEMI/K7MDENG/bPxRfiCYEXAMPLEKEY."
+        held = s.call("POST", "/ingest", "trusted", json={"source": "b.md", "body": secret}).json()
+        assert first["status"] == "live" and held["status"] == "held" and held["label"] == "restricted"
+        assert s.call("DELETE", f"/documents/{first['doc']}", "trusted").status_code == 200
+        again = s.call("POST", "/ingest", "trusted", json={"source": "b.md", "body": secret}).json()
+        assert again["status"] == "live" and again["label"] == "restricted", again
+        listed = {d["doc"]: d["label"] for d in s.call("GET", "/documents", "admin").json()}
+        assert listed[again["doc"]] == "restricted"
+    finally:
+        s.stop()

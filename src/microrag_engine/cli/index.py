@@ -92,6 +92,9 @@ def cmd_ingest(args: argparse.Namespace) -> int:
         if args.target or args.watch:
             raise MicroRAGError(f"--cluster writes a local index or database: it does not go with "
                                 f"{'--target' if args.target else '--watch'}")
+        if args.screen:
+            raise MicroRAGError("--cluster does not screen files yet (hidden text, stuffing, injection): add --no-screen "
+                                "to ingest them unscreened, or ingest without --cluster")
         return _ingest_cluster(args)
     client = client_for(args)
     if client is not None:
@@ -110,7 +113,8 @@ def cmd_ingest(args: argparse.Namespace) -> int:
             if not args.quiet:
                 diag(f"watching {', '.join(args.paths)} (Ctrl-C stops)")
             watch(store, args.paths, settings, lambda r: _print(args, {**r.__dict__, "changes": r.changes},
-                                                                _report_text(args, r, each=True)), label=args.label)
+                                                                _report_text(args, r, each=True)), label=args.label,
+                  screen=_screen if args.screen else None)
     finally:
         store.close()
     return 0

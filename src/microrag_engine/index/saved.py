@@ -95,7 +95,8 @@ class ChunkTable(Sequence[Chunk]):
 
     def texts_by_doc(self, docs: Sequence[str]) -> dict[str, str]:
         """The chunks of each of ``docs`` joined by blank lines, in chunk order."""
-        wanted = {d: k for k, d in enumerate(self.doc_names) if d in set(docs)}
+        names = set(docs)
+        wanted = {d: k for k, d in enumerate(self.doc_names) if d in names}
         out: dict[str, list[str]] = {d: [] for d in wanted}
         for i in np.flatnonzero(np.isin(self.doc_of, list(wanted.values()))):
             out[self.doc_names[int(self.doc_of[i])]].append(self._text(int(i)))

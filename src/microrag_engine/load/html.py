@@ -282,10 +282,20 @@ def hidden_texts(markup: str) -> list[str]:
     from bs4 import BeautifulSoup, Comment, Tag
 
     soup = BeautifulSoup(markup, "html.parser", on_duplicate_attribute="ignore")
-    found = [node.get_text(" ", strip=True) if isinstance(node, Tag) else str(node).strip()
-             for node in _hidden_elements(soup, "upload")]
-    found += [str(c).strip() for c in soup.find_all(string=lambda s: isinstance(s, Comment))]
+    hidden = _hidden_elements(soup, "upload")
+    # The outermost only (a hidden element inside a hidden parent says nothing new), and at most
+    # MAX_HIDDEN of them: each text walks the element's subtree, so nested hidden elements would
+    # otherwise cost the square of the page (a 1 MB page of nested divs: minutes).
+    marked = {id(node) for node in hidden}
+    outer = [node for node in hidden if id(node.parent) not in marked][:MAX_HIDDEN]
+    found = [node.get_text(" ", strip=True)[:MAX_HIDDEN_CHARS] if isinstance(node, Tag) else str(node).strip()
+             for node in outer]
+    found += [str(c).strip()[:MAX_HIDDEN_CHARS] for c in soup.find_all(string=lambda s: isinstance(s, Comment))][:MAX_HIDDEN]
     return [t for t in found if t]
+
+
+MAX_HIDDEN = 64  # hidden elements (and comments) read per page: enough to tell, bounded in cost
+MAX_HIDDEN_CHARS = 2000
 
 
 # Block elements end a line; everything else is inline and flows into its paragraph.

@@ -660,6 +660,7 @@ def run_all(url: str, keys: dict[str, str], kb: Path, probe: Path) -> list[dict]
         t.clean_up()
     # last: on a vulnerable server it replaces operator documents the others read
     rows.append(namespace_takeover(t))
+    t.clean_up()
     return [r.as_dict() for r in rows]
 
 

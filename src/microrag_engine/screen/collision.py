@@ -50,12 +50,14 @@ class Surfacing:
         return len(self.unrelated) >= MIN_UNRELATED
 
     def reason(self) -> str:
-        """Why it is held, quoting shipped probes only: other users' questions are not the uploader's to read."""
+        """Why it is held, for the uploader: shipped probes only, quoted and counted. Other users'
+        questions (the server's recent queries) are not the uploader's to read, nor how many there were."""
         generic = set(generic_probes())
-        shown = "; ".join(repr(q) for q in self.unrelated if q in generic)[:300]
-        return (f"collision: passage {self.passage} would enter the top-K for {len(self.unrelated)} probe questions about "
-                f"unrelated things (e.g. {shown or 'recent queries'}; the document wins {len(self.probes)} in all): "
-                "a passage written to match everything")
+        mine = [q for q in self.unrelated if q in generic]
+        shown = "; ".join(repr(q) for q in mine[:4])
+        return (f"collision: passage {self.passage} would enter the top-K for questions about unrelated things"
+                + (f", {len(mine)} of the shipped probes among them (e.g. {shown})" if mine else "")
+                + ": a passage written to match everything")
 
 
 @lru_cache(maxsize=1)

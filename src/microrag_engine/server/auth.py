@@ -81,9 +81,11 @@ class KeyStore:
             rows = self.db.execute("SELECT id, name, role, clearance, trusted, created, revoked FROM keys ORDER BY created")
             return [dict(zip(("id", "name", "role", "clearance", "trusted", "created", "revoked"), r)) for r in rows]
 
-    def revoke(self, kid: str) -> None:
+    def revoke(self, kid: str, by_name: bool = True) -> None:
+        """Revoke the key with id ``kid`` (or, with ``by_name``, the active key of that name)."""
         with self.lock:
-            if not self.db.execute("UPDATE keys SET revoked = 1 WHERE id = ? OR name = ?", (kid, kid)).rowcount:
+            sql = "UPDATE keys SET revoked = 1 WHERE id = ?" + (" OR name = ?" if by_name else "")
+            if not self.db.execute(sql, (kid, kid) if by_name else (kid,)).rowcount:
                 raise MicroRAGError(f"no key with id or name {kid!r} (see: microrag keys list)")
 
     def resolve(self, key: str) -> Principal | None:

@@ -8,6 +8,7 @@ the exact version shown in the queue - unless the key is trusted and screening
 
 from __future__ import annotations
 
+import logging
 import re
 
 from fastapi import APIRouter, Depends, HTTPException
@@ -21,6 +22,8 @@ from ...types import Document
 from ..auth import ANONYMOUS, Principal
 from ..context import ServerContext
 from ..state import QUARANTINE
+
+log = logging.getLogger("microrag")
 
 
 class IngestIn(BaseModel):
@@ -109,19 +112,27 @@ def router(ctx: ServerContext) -> APIRouter:
         # Screening holds an upload whoever sent it (#19): a trusted key skips review, not reading.
         held = ctx.screening.content(name, body.body, docs) if on.screening else []
         live_now = who.trusted and not on.screening  # else probed under quarantine first
+        # The stored form and its DLP verdict, from the text itself: an unchanged re-upload writes
+        # nothing, so the ingest report would say nothing (and "restricted" must stick).
+        stored, restrict, _ = guarded(docs[0], cfg.settings, on.visible_store)
         with ctx.lock:
             report = ingest_documents(cfg.store, docs, cfg.settings, label=label if live_now else QUARANTINE,
                                       principal=f"api:{who.name}", visible=on.visible_store)
             findings = report.findings.get(doc, {})
-            if findings and cfg.settings.dlp == "label":
+            if restrict and cfg.settings.dlp == "label":
                 label = "restricted"
                 if live_now:
                     cfg.store.relabel(doc, label)
             if on.screening:
-                ctx.reload()  # the upload's chunks and vectors, not live, for the collision probe
-                if ctx.engine is not None:
-                    held += ctx.screening.copies(ctx.engine, doc, f"api:{who.name}")
-                    held += ctx.screening.collision(ctx.engine, doc, who.clearance | {label})
+                try:
+                    ctx.reload()  # the upload's chunks and vectors, not live, for the collision probe
+                    if ctx.engine is not None:
+                        held += ctx.screening.copies(ctx.engine, doc, f"api:{who.name}")
+                        # ranked against what the uploader may read, never the label DLP gave it
+                        held += ctx.screening.collision(ctx.engine, doc, who.clearance | {body.label or "public"})
+                except Exception as exc:  # a failed check holds: the upload waits for a person, not lost
+                    log.exception("screening %s failed", doc)
+                    held.append(f"screening failed ({type(exc).__name__}): held for review")
             go_live = who.trusted and not held
             if go_live and not live_now:
                 cfg.store.relabel(doc, label)
@@ -129,9 +140,8 @@ def router(ctx: ServerContext) -> APIRouter:
                 # The queue shows what will go live - the stored form, homoglyphs and all - and
                 # its version; approval names that version. Held uploads carry the reasons.
                 version = cfg.store.documents()[doc].content_hash
-                stored = guarded(docs[0], cfg.settings, on.visible_store)[0].text
-                preview = stored[:PREVIEW_CHARS] + (f"\n[... {len(stored) - PREVIEW_CHARS} more characters]"
-                                                    if len(stored) > PREVIEW_CHARS else "")
+                preview = stored.text[:PREVIEW_CHARS] + (f"\n[... {len(stored.text) - PREVIEW_CHARS} more characters]"
+                                                         if len(stored.text) > PREVIEW_CHARS else "")
                 cfg.state.queue(doc, label, who.name, findings, list(dict.fromkeys(flags + held)), version, preview)
             ctx.reload()
         status = "live" if go_live else "held" if who.trusted else "quarantined"

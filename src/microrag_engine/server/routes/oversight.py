@@ -7,7 +7,7 @@ from pathlib import Path
 from typing import Annotated, Literal
 
 import numpy as np
-from fastapi import APIRouter, Depends, HTTPException, Request
+from fastapi import APIRouter, Depends, HTTPException, Request, Response
 from fastapi.responses import FileResponse
 from pydantic import BaseModel, Field
 
@@ -59,19 +59,23 @@ def router(ctx: ServerContext) -> APIRouter:
         return cfg.state.trail(max(1, min(limit, 1000)), principal_name)
 
     @router.post("/keys")
-    def add_key(body: KeyIn, who: Principal = Depends(ctx.need("admin"))) -> dict:
+    def add_key(body: KeyIn, response: Response, who: Principal = Depends(ctx.need("admin"))) -> dict:
         """An admin makes a key (a red team provisioning its positions, an operator without a shell);
-        the key is in this response only."""
-        key = cfg.keys.add(body.name, body.role, body.clearance, trusted=body.trusted)  # a taken name: 4xx
+        the key is in this response only. A name once used is refused even after revocation: uploads
+        are owned by key name, and a new key must not inherit a revoked key's documents."""
+        if any(k["name"] == body.name for k in cfg.keys.list()):
+            raise HTTPException(409, f"the key name {body.name!r} has been used; choose another")
+        key = cfg.keys.add(body.name, body.role, body.clearance, trusted=body.trusted)
         kid = key.split("_", 2)[1]
         cfg.state.audit(who.name, "key", body.name, [], f"added {body.role}", [])
+        response.headers["Cache-Control"] = "no-store"
         return {"id": kid, "name": body.name, "role": body.role, "key": key}
 
     @router.delete("/keys/{kid}")
     def revoke_key(kid: str, who: Principal = Depends(ctx.need("admin"))) -> dict:
         if not any(k["id"] == kid and not k["revoked"] for k in cfg.keys.list()):
             raise HTTPException(404, f"no live key with id {kid!r}")
-        cfg.keys.revoke(kid)
+        cfg.keys.revoke(kid, by_name=False)
         cfg.state.audit(who.name, "key", kid, [], "revoked", [])
         ctx.reload()  # an admin revoked: the provenance tiers of its uploads change
         return {"revoked": kid}
