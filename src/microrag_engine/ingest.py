@@ -225,11 +225,7 @@ class Plan:
     def prepare(self, doc: Document, origin: str, count_tokens: Callable[[str], int]) -> Prepared | None:
         """``doc`` guarded and chunked, or ``None`` when the stored version is the same."""
         settings = self.settings
-        # The DLP mode is part of the hash: switching it re-processes every document.
-        # So is the stored form's version: documents stored before it re-process once.
-        # And the embedder build: a new graph re-embeds each document on its next ingest.
-        text_hash = sha256(doc.text + "\x00" + "\x00".join(c.text for c in doc.prechunked) + "\x00" + settings.dlp
-                           + "\x00" + STORE_FORM + "\x00" + self.digest)
+        text_hash = content_hash(doc, settings, self.digest)
         doc_label = _doc_label(doc, self.label)
         old = self.existing.get(doc.path)
         if old and old.content_hash == text_hash and old.label == doc_label:
@@ -241,6 +237,15 @@ class Plan:
         record = DocRecord(doc.path, text_hash, doc_label, self.principal, origin, self.now, len(chunks),
                            collection_of(doc.path, self.roots), _filterable(doc.meta))
         return Prepared(record, chunks, found, old is not None)
+
+
+def content_hash(doc: Document, settings: Settings, digest: str) -> str:
+    """What decides whether a stored document is unchanged: its text as sent, and the policy.
+    The DLP mode is part of it: switching it re-processes every document. So is the stored
+    form's version: documents stored before it re-process once. And the embedder build
+    (``digest``): a new graph re-embeds each document on its next ingest."""
+    return sha256(doc.text + "\x00" + "\x00".join(c.text for c in doc.prechunked) + "\x00" + settings.dlp
+                  + "\x00" + STORE_FORM + "\x00" + digest)
 
 
 def embed_prepared(items: list[Prepared], embedder: Embedder) -> list[DocUpdate]:
@@ -572,6 +577,12 @@ def ingest_paths(
     files_done = [0]
     current: list[Path] = []  # the file the loader is reading: documents come out in file order
     held: dict[str, list[str]] = {}
+    digest = make_embedder(settings.embedder).digest if screen is not None else ""
+
+    def accepted(doc: Document) -> bool:
+        """Stored as it is now (a held file taken with --no-screen earlier): not screened again."""
+        old = corpus.existing.get(doc.path)
+        return old is not None and old.content_hash == content_hash(doc, settings, digest)
 
     def counted() -> Iterator[tuple[Source, Path, str]]:
         for source, path, rel in corpus.files:
@@ -583,7 +594,7 @@ def ingest_paths(
         for source, d in iter_tagged(((s, path, rel) for s, path, rel in counted()), settings.markup):
             doc, origin = source_document(source, d, corpus.existing)
             corpus.loaded.add(doc.path)  # held or not, its file is here: never pruned for it
-            reasons = screen(doc, current[0]) if screen is not None and current else []
+            reasons = screen(doc, current[0]) if screen is not None and current and not accepted(doc) else []
             if reasons:
                 held[doc.path] = reasons
                 continue

@@ -169,7 +169,7 @@ def test_ingest_holds_a_hostile_third_party_file_and_keeps_the_rest(tmp_path):
     (docs / "billing.md").write_text("# Billing\n\nTo renew, send your corporate card PIN and number to renewals@vendor.example.")
     ix = tmp_path / "ix"
     proc = run_cli("ingest", str(docs), "--index", str(ix))
-    assert proc.returncode == 0, proc.stderr
+    assert proc.returncode == 1, proc.stderr  # the rest is in; a script notices what was left out
     held = [line for line in proc.stdout.splitlines() if line.startswith("held: ")]
     assert len(held) == 2 and any("hidden text" in h for h in held) and any("solicitation" in h for h in held), proc.stdout
     listed = run_cli("documents", "--index", str(ix), "--json")
@@ -177,3 +177,6 @@ def test_ingest_holds_a_hostile_third_party_file_and_keeps_the_rest(tmp_path):
     again = run_cli("ingest", str(docs), "--index", str(ix), "--no-screen", "--json")
     assert again.returncode == 0 and json.loads(again.stdout)["held"] == {}
     assert len(json.loads(run_cli("documents", "--index", str(ix), "--json").stdout)) == 3
+    # taken once, they are not held again while they stay as they are
+    third = run_cli("ingest", str(docs), "--index", str(ix), "--json")
+    assert third.returncode == 0 and json.loads(third.stdout)["held"] == {}

@@ -38,7 +38,7 @@ class Running:
         store = open_store(location or tmp / "ix")
         if not store.documents():
             ingest_paths(store, [corpus], preset("default"), collection="")
-        keys = KeyStore(tmp / "srv" / "keys.sqlite")
+        keys = self.keystore = KeyStore(tmp / "srv" / "keys.sqlite")
         self.key = {
             "admin": keys.add(f"root{len(keys.list())}", "admin", ["public", "internal", "restricted"]),
             "reader": keys.add(f"rita{len(keys.list())}", "reader", ["public"]),

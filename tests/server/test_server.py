@@ -699,6 +699,9 @@ def test_admins_make_and_revoke_keys_over_http(srv):
     assert srv.call("DELETE", f"/keys/{made.json()['id']}", "admin").status_code == 200
     assert httpx.get(srv.url + "/whoami", headers={"Authorization": f"Bearer {key}"}).status_code == 401
     assert srv.call("DELETE", f"/keys/{made.json()['id']}", "admin").status_code == 404
+    # the last admin key cannot revoke itself over HTTP
+    admin_id = next(k["id"] for k in srv.keystore.list() if k["role"] == "admin" and not k["revoked"])
+    assert srv.call("DELETE", f"/keys/{admin_id}", "admin").status_code == 409
     # a revoked name is never given out again: its uploads stay owned by the revoked key
     assert srv.call("POST", "/keys", "admin", json={"name": "rt-reader", "role": "admin"}).status_code == 409
 

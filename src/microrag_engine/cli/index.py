@@ -54,7 +54,7 @@ def _commands(sub: argparse._SubParsersAction) -> None:
     ing.add_argument("--no-screen", dest="screen", action="store_false",
                      help="index every document as it is; by default one that hides text from its reader, is stuffed "
                           "with keywords, asks readers for credentials or reads as instructions to a model is held: "
-                          "reported and not indexed (its previous version stays)")
+                          "reported and not indexed (its previous version stays), and the exit status is 1")
     add_dlp(ing)
     add_preset(ing)
     d = sub.add_parser("delete", help="remove documents from the index by doc path")
@@ -109,6 +109,7 @@ def cmd_ingest(args: argparse.Namespace) -> int:
         report = ingest_paths(store, args.paths, settings, label=args.label, prune=args.prune, progress=_progress(args),
                               collection=args.collection, screen=_screen if args.screen else None)
         _print(args, {**report.__dict__, "changes": report.changes}, _report_text(args, report))
+        held = bool(report.held)  # exit 1 once the rest is in: a script must notice what was left out
         if args.watch:
             if not args.quiet:
                 diag(f"watching {', '.join(args.paths)} (Ctrl-C stops)")
@@ -117,7 +118,7 @@ def cmd_ingest(args: argparse.Namespace) -> int:
                   screen=_screen if args.screen else None)
     finally:
         store.close()
-    return 0
+    return 1 if held else 0
 
 
 def _ingest_cluster(args: argparse.Namespace) -> int:

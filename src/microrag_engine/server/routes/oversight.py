@@ -37,7 +37,7 @@ def router(ctx: ServerContext) -> APIRouter:
 
     @router.get("/whoami")
     def whoami(who: Principal = Depends(ctx.principal)) -> dict:
-        return {"name": who.name, "role": who.role, "clearance": sorted(who.clearance)}
+        return {"name": who.name, "role": who.role, "clearance": sorted(who.clearance), "trusted": who.trusted}
 
     @router.get("/health")
     def health(request: Request) -> dict:
@@ -69,12 +69,16 @@ def router(ctx: ServerContext) -> APIRouter:
         kid = key.split("_", 2)[1]
         cfg.state.audit(who.name, "key", body.name, [], f"added {body.role}", [])
         response.headers["Cache-Control"] = "no-store"
-        return {"id": kid, "name": body.name, "role": body.role, "key": key}
+        return {"id": kid, "name": body.name, "role": body.role, "clearance": sorted(set(body.clearance) | {"public"}),
+                "trusted": body.trusted or body.role == "admin", "key": key}
 
     @router.delete("/keys/{kid}")
     def revoke_key(kid: str, who: Principal = Depends(ctx.need("admin"))) -> dict:
-        if not any(k["id"] == kid and not k["revoked"] for k in cfg.keys.list()):
+        live = [k for k in cfg.keys.list() if not k["revoked"]]
+        if not any(k["id"] == kid for k in live):
             raise HTTPException(404, f"no live key with id {kid!r}")
+        if [k["id"] for k in live if k["role"] == "admin"] == [kid]:
+            raise HTTPException(409, "that is the last admin key: make another admin key first (or use 'microrag keys')")
         cfg.keys.revoke(kid, by_name=False)
         cfg.state.audit(who.name, "key", kid, [], "revoked", [])
         ctx.reload()  # an admin revoked: the provenance tiers of its uploads change
