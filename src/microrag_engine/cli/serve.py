@@ -64,6 +64,8 @@ def add_server_options(p: argparse.ArgumentParser) -> None:
     p.add_argument("--tools-dir", metavar="DIR", help="enable the file-read tool, confined to DIR (default: off)")
     p.add_argument("--request-seconds", type=float, default=60.0, metavar="S",
                    help="wall-clock budget of one request; the model's answer is cut there (default: %(default)s)")
+    p.add_argument("--rate-per-minute", type=int, default=120, metavar="N",
+                   help="requests one key (or anonymous address) may make per minute; more get 429 (default: %(default)s)")
     add_index(p)
     add_corpus(p)
     add_preset(p)
@@ -92,7 +94,8 @@ def server_config(args: argparse.Namespace, profile: Profile = HARDENED, **extra
                         llm=LLMConfig.from_env(), allow_anonymous=not args.no_anonymous,
                         defences=profile.defences,
                         input_guard=args.input_guard, tools_dir=Path(args.tools_dir) if args.tools_dir else None,
-                        verify=not args.no_verify and profile.verify, request_seconds=args.request_seconds, **extra)
+                        verify=not args.no_verify and profile.verify, request_seconds=args.request_seconds,
+                        rate_per_minute=args.rate_per_minute, **extra)
 
 
 def cmd_serve(args: argparse.Namespace) -> int:
