@@ -16,7 +16,7 @@ pytest.importorskip("fastapi", reason="server extra not installed")
 
 from conftest import FIXTURES, needs_models, needs_shared, run_cli  # noqa: E402
 from microrag_engine.redteam import lab  # noqa: E402
-from microrag_engine.redteam.attacks import kb_secrets, provisioned, recoverable, run_all  # noqa: E402
+from microrag_engine.redteam.attacks import Target, content_attacks, kb_secrets, provisioned, recoverable, run_all  # noqa: E402
 from microrag_engine.redteam.compliant import respond  # noqa: E402
 from microrag_engine.redteam.compliant import serve as serve_model
 from microrag_engine.server.auth import KeyStore  # noqa: E402
@@ -88,24 +88,25 @@ def test_no_attack_succeeds_against_the_default_profile(tmp_path, model, probe):
 @needs_shared
 def test_insider_attacks_land_without_the_insider_defences(tmp_path, model, probe):
     """The trusted-contributor position is a real attack position: with screening and the
-    answer-time checks off (the defences as they stood before #19) its attacks land, and
-    the red team provisions that position's key itself from an admin key."""
+    answer-time checks off (the defences as they stood before #19) its content attacks land,
+    while the file-tool policy still holds on its own; the red team makes that position's key
+    itself from an admin key, and revokes it afterwards."""
     before = Profile("before-19", replace(Defences(), screening=False, answer_checks=False, provenance_prior=False))
     server, url, keys = start_server(tmp_path, before, model, tools_dir=probe.parent)
     try:
         with provisioned(url, {"admin": keys["admin"]}) as every:
             assert set(every) == {"admin", "trusted", "contributor", "reader"}
-            rows = run_all(url, every, LAB_KB, probe)
+            t = Target(url, every)
+            t.uploader = "trusted"
+            rows = [r.as_dict() for r in content_attacks(t, probe)]
+            t.clean_up()
         assert all(k["revoked"] for k in KeyStore(tmp_path / "keys.sqlite").list() if k["name"].startswith("redteam-"))
     finally:
         server.should_exit = True
-    landed = {r["attack"] for r in rows if r["position"] == "trusted" and r["successes"]}
-    assert {"PoisonedRAG", "blending", "ingestion poisoning"} <= landed, json.dumps(rows)
+    landed = {r["attack"] for r in rows if r["successes"]}
+    assert {"PoisonedRAG", "ingestion poisoning"} <= landed, json.dumps(rows)
     # the file-tool policy holds on its own: planted calls from an insider run nothing
     assert not [r for r in rows if r["attack"] in ("retrieval hijacking", "slow drip") and r["successes"]]
-    # and the untrusted contributor is still stopped by quarantine alone
-    assert not [r for r in rows if r["position"] in ("anonymous", "reader", "contributor") and r["successes"]]
-    assert {r["position"] for r in rows} == {"caller", "anonymous", "reader", "contributor", "trusted", "operator"}
 
 
 @needs_shared
