@@ -715,7 +715,9 @@ def test_a_collision_alone_holds_and_a_benign_page_goes_live(srv):
                   "An index fund tracks a stock index such as the S&P 500 at a low fee.\n"
                   "Boil an egg for seven minutes for a firm yolk. Sourdough bread needs a starter and a long rise.\n"
                   "Solar panels generate electricity when light frees electrons in silicon cells.\n"
-                  "The Second World War ended in 1945. Kilimanjaro is the tallest mountain in Africa.")
+                  "Antibiotics kill bacteria by breaking their cell walls or their protein factories.\n"
+                  "The Second World War ended in 1945. Kilimanjaro is the tallest mountain in Africa.\n"
+                  "Bees make honey from nectar that they evaporate in the hive.")
     r = srv.call("POST", "/ingest", "trusted", json={"source": "quick.md", "body": everything}).json()
     assert r["status"] == "held" and [h.split(":")[0] for h in r["held"]] == ["collision"], r
     page = ("<html><body><h1>Coffee machine</h1><p>The coffee machine on floor two takes oat milk. Descale it on "
