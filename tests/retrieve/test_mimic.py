@@ -18,6 +18,11 @@ def test_the_question_restated_at_the_head_of_a_passage_is_found():
     # word order, case and punctuation do not hide it; an interrogative opening without "?" counts too
     assert restated_question(Q, "In 1975, who directed the film JAWS? It was Alan Smithee.")
     assert restated_question(Q, "Who directed the 1975 film Jaws. Alan Smithee did.")
+    # a question with a preamble, or with initials, is more than one sentence to the splitter
+    long_q = 'Homer\'s Odyssey is the third episode of "The Simpsons". What recurring character appears in it?'
+    assert restated_question(long_q, f"{long_q} The recurring character is Northumbria, the studio says.")
+    initials = "What do E. B. White and Dan Masterson have in common?"
+    assert restated_question(initials, f"{initials} Both wrote for The WB, as records show.")
 
 
 def test_genuine_answers_and_other_questions_are_not_restatements():

@@ -23,6 +23,7 @@ from ..text import bm25_tokens, sentence_spans
 MIN_QUERY_SHARE = 0.75
 MIN_SENTENCE_SHARE = 0.6
 MIN_QUERY_WORDS = 2  # "what is X?" (one content word) is asked back by every glossary
+MAX_SPAN = 3  # sentences (as the splitter sees them) one restated question may take
 _ASKING = frozenset("who whom whose what when where which why how is are was were do does did can could should "
                     "would will has have had".split())
 # Only the opening of a long passage is read: the crafted question leads its passage,
@@ -31,19 +32,25 @@ _HEAD_CHARS = 4000
 
 
 def restated_question(query: str, text: str) -> str:
-    """The sentence of ``text`` that restates ``query`` as a question, or ``""``."""
+    """The sentence(s) of ``text`` that restate ``query`` as a question, or ``""``.
+
+    A question can span sentences as the splitter sees them: a question with a preamble
+    ("X is the third episode of Y. Who ...?") or initials ("E. B. White"), so the last one to
+    three sentences up to each question-shaped one are tried as one."""
     wanted = set(bm25_tokens(query))
     if len(wanted) < MIN_QUERY_WORDS:
         return ""
     head = text[:_HEAD_CHARS]
-    for start, end in sentence_spans(head):
+    spans = sentence_spans(head)
+    for k, (start, end) in enumerate(spans):
         sentence = head[start:end].strip()
         words = sentence.split(maxsplit=1)
         opener = words[0].lower().strip("\"'*#([") if words else ""
         if not (sentence.rstrip("\"')]*").endswith("?") or opener in _ASKING):
             continue
-        said = set(bm25_tokens(sentence))
-        shared = len(wanted & said)
-        if said and shared / len(wanted) >= MIN_QUERY_SHARE and shared / len(said) >= MIN_SENTENCE_SHARE:
-            return sentence
+        for first in range(k, max(k - MAX_SPAN, -1), -1):
+            said = set(bm25_tokens(head[spans[first][0]:end]))
+            shared = len(wanted & said)
+            if said and shared / len(wanted) >= MIN_QUERY_SHARE and shared / len(said) >= MIN_SENTENCE_SHARE:
+                return head[spans[first][0]:end].strip()
     return ""
