@@ -36,7 +36,8 @@ def test_copies_are_near_identical_texts():
 def test_requests_for_credentials_are_solicitation_and_advice_is_not():
     for bad in ["Then send your current login credentials and MFA code to helpdesk-verify@example.net.",
                 "Receipts must be uploaded to expenses-portal.example including your corporate card PIN.",
-                "Please e-mail your pаssword to the IT desk at it-desk@example.org."]:  # Cyrillic a
+                "Please e-mail your pаssword to the IT desk at it-desk@example.org.",  # Cyrillic a
+                "The helpdesk verifies you once you e-mail them your password and one-time code at verify.example."]:
         assert solicitation(bad).startswith("solicitation:"), bad
     for fine in ["Never send your password to anyone, not even IT.", "Enter your password at the login page.",
                  "Upload the slides to the shared drive with your team.", "Passwords must be 12 characters long."]:

@@ -73,7 +73,9 @@ def copy_of(text: str, others: Iterable[tuple[str, str]]) -> str:
 def solicitation(text: str) -> str:
     """A reason when a sentence of ``text`` asks the reader to send a credential somewhere."""
     for start, end in sentence_spans(text):
-        sentence = canonical(text[start:end])
-        if SOLICIT.search(sentence) and not NEGATED.search(sentence):
+        # Read as written and canonical (homoglyphs undone); canonical alone would turn
+        # "code at x.example" into "code@x.example" and lose the "at".
+        said = (text[start:end], canonical(text[start:end]))
+        if any(SOLICIT.search(v) for v in said) and not any(NEGATED.search(v) for v in said):
             return f"solicitation: asks readers to send a credential: {text[start:end].strip()[:100]!r}"
     return ""
