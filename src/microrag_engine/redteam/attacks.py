@@ -81,12 +81,21 @@ class Target:
     def _patient(call: Callable[[], httpx.Response]) -> httpx.Response:
         """``call()``, waited out while the server's rate limit says 429: a limit reached by the red
         team's own pace is not a defence that stopped an attack (the limit is tested on its own)."""
-        r = call()
+        r = Target._once_more(call)
         deadline = time.monotonic() + RATE_WAIT_S
         while r.status_code == 429 and time.monotonic() < deadline:
             time.sleep(min(float(r.headers.get("retry-after", 5) or 5), 10.0))
-            r = call()
+            r = Target._once_more(call)
         return r
+
+    @staticmethod
+    def _once_more(call: Callable[[], httpx.Response]) -> httpx.Response:
+        """``call()``, sent again once when a pooled keep-alive connection was reset under it (the
+        server closed it after an earlier error): a transport hiccup, not an answer."""
+        try:
+            return call()
+        except (httpx.ReadError, httpx.RemoteProtocolError):
+            return call()
 
     @property
     def insider(self) -> str:
