@@ -257,7 +257,8 @@ def test_an_unreachable_cluster_is_one_line_and_writes_nothing(tmp_path, locatio
 def test_without_ray_the_cluster_option_says_what_to_install(tmp_path):
     code = ("import sys; sys.modules['ray'] = None\n"  # as if the 'cluster' extra were not installed
             "from microrag_engine.cli.main import main\n"
-            f"sys.exit(main(['ingest', {str(DEMO)!r}, '--index', {str(tmp_path / 'ix')!r}, '--cluster', 'auto']))")
+            f"sys.exit(main(['ingest', {str(DEMO)!r}, '--index', {str(tmp_path / 'ix')!r}, '--cluster', 'auto', "
+            "'--no-screen']))")
     done = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=120, cwd=ROOT)
     assert done.returncode != 0 and done.stderr.strip() == (
         "microrag: error: distributed ingest needs Ray: pip install 'microrag-engine[cluster]'")

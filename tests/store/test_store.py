@@ -251,7 +251,8 @@ def _open(index):
 
 
 def _ingest_cmd(index, corpus):
-    return [sys.executable, "-m", "microrag_engine.cli", "ingest", "-q", "--preset", "seed", "--prune",
+    # --no-screen: these documents are one sentence repeated, which screening holds as stuffing
+    return [sys.executable, "-m", "microrag_engine.cli", "ingest", "-q", "--preset", "seed", "--prune", "--no-screen",
             "--index", str(index), str(corpus)]
 
 
