@@ -710,9 +710,11 @@ def test_admins_make_and_revoke_keys_over_http(srv):
     assert srv.call("POST", "/keys", "admin", json={"name": "rt-reader", "role": "admin"}).status_code == 409
 
 
-def test_a_collision_alone_holds_and_a_benign_page_goes_live(srv):
+def test_a_collision_alone_holds_and_a_benign_page_goes_live(tmp_path):
     """The probe on its own (nothing stuffed, copied, hidden or addressed to a model): a page of
-    one-line answers on unrelated subjects is held; an ordinary HTML page from the same key is not."""
+    one-line answers on unrelated subjects is held; an ordinary HTML page from the same key is not.
+    Its own server: what else is live decides what a page can win."""
+    srv = Running(tmp_path, rate_per_minute=100_000)
     everything = ("# Quick answers\n\nCanberra is the capital of Australia. Leonardo da Vinci painted the Mona Lisa.\n"
                   "Photosynthesis turns light, water and carbon dioxide into sugar in the leaves of plants.\n"
                   "Vaccines train the immune system by showing it a harmless piece of a pathogen.\n"
@@ -722,12 +724,15 @@ def test_a_collision_alone_holds_and_a_benign_page_goes_live(srv):
                   "Antibiotics kill bacteria by breaking their cell walls or their protein factories.\n"
                   "The Second World War ended in 1945. Kilimanjaro is the tallest mountain in Africa.\n"
                   "Bees make honey from nectar that they evaporate in the hive.")
-    r = srv.call("POST", "/ingest", "trusted", json={"source": "quick.md", "body": everything}).json()
-    assert r["status"] == "held" and [h.split(":")[0] for h in r["held"]] == ["collision"], r
     page = ("<html><body><h1>Coffee machine</h1><p>The coffee machine on floor two takes oat milk. Descale it on "
             "Fridays; the descaler is in the cupboard under the sink.</p><nav>Home | Help</nav></body></html>")
-    r = srv.call("POST", "/ingest", "trusted", json={"source": "coffee.html", "body": page}).json()
-    assert r["status"] == "live" and r["held"] == [], r
+    try:
+        r = srv.call("POST", "/ingest", "trusted", json={"source": "quick.md", "body": everything}).json()
+        assert r["status"] == "held" and [h.split(":")[0] for h in r["held"]] == ["collision"], r
+        r = srv.call("POST", "/ingest", "trusted", json={"source": "coffee.html", "body": page}).json()
+        assert r["status"] == "live" and r["held"] == [], r
+    finally:
+        srv.stop()
 
 
 def test_dlp_label_sticks_when_a_held_upload_is_sent_again(tmp_path):
