@@ -4,12 +4,15 @@ sources are not a conflict. Uses the shipped NLI model."""
 
 from __future__ import annotations
 
+from hypothesis import given
+from hypothesis import strategies as st
+
 from conftest import needs_models
 from microrag_engine import Engine, override, preset
 from microrag_engine.engine import demo_corpus
 from microrag_engine.load import load_documents
 from microrag_engine.types import Document
-from microrag_engine.verify.conflict import conflict_answer, find_conflicts, passage_on
+from microrag_engine.verify.conflict import MAX_CHARS, _shared, conflict_answer, find_conflicts, passage_on
 from microrag_engine.verify.nli import load_nli
 
 Q = "How many vacation days do full-time employees get per year?"
@@ -54,3 +57,12 @@ def test_no_false_conflict_on_the_handbook_questions():
     for q in ["How many vacation days do I get?", "How do I connect to the VPN?", "What is the parental leave policy?",
               "How do I submit an expense report?", "Who do I call when my laptop breaks?"]:
         assert eng.conflicts(eng.retrieve(q))[0] == [], q
+
+
+@given(st.text(max_size=200), st.text(max_size=3000), st.text(max_size=3000))
+def test_passages_and_overlap_never_raise_on_untrusted_text(question, a, b):
+    """Retrieved chunks are untrusted: whatever they hold, picking the passage on the question
+    and measuring overlap return a value, never an exception."""
+    p = passage_on(question, "x#0", "x", a)
+    assert p is None or len(p.text) <= MAX_CHARS
+    assert 0.0 <= _shared(a, b) <= 1.0
