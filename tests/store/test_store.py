@@ -496,14 +496,14 @@ def test_postgres_store_with_global_statistics_is_rebuilt_per_label(tmp_path):
     try:
         ingest_paths(store, [write(tmp_path / "old", {**files, **stuffed})], settings)
         ingest_paths(fresh, [write(tmp_path / "fresh", files)], settings)
-        total = store._x("SELECT sum(dl)::float / count(*) FROM chunks").fetchone()[0]
-        with store.conn.transaction():  # what format 1 wrote
-            store._x("DROP TABLE term_df")
-            store._x("DROP TABLE label_stats")
-            store._x("CREATE TABLE term_df (term BIGINT PRIMARY KEY, df INTEGER NOT NULL)")
-            store._x("INSERT INTO term_df SELECT term, count(*) FROM chunks, unnest(terms) term GROUP BY term")
-            store._x("UPDATE meta SET value = '1' WHERE key = 'format_version'")
-            store._x("UPDATE meta SET value = %s WHERE key = 'avgdl'", (repr(total),))
+        total = store.x("SELECT sum(dl)::float / count(*) FROM chunks")[0][0]
+        with store.transaction():  # what format 1 wrote
+            store.x("DROP TABLE term_df")
+            store.x("DROP TABLE label_stats")
+            store.x("CREATE TABLE term_df (term BIGINT PRIMARY KEY, df INTEGER NOT NULL)")
+            store.x("INSERT INTO term_df SELECT term, count(*) FROM chunks, unnest(terms) term GROUP BY term")
+            store.x("UPDATE meta SET value = '1' WHERE key = 'format_version'")
+            store.x("UPDATE meta SET value = %s WHERE key = 'avgdl'", (repr(total),))
         store._reweight(total)
         reopened = PostgresStore(os.environ["MICRORAG_TEST_PG"], schema=store.schema)
         assert reopened.check() == [] and reopened.meta()["format_version"] == "2"
@@ -513,8 +513,8 @@ def test_postgres_store_with_global_statistics_is_rebuilt_per_label(tmp_path):
         want = {c.id: kw for c, kw, _ in fresh.search("vpn connect", qvec, ["public"])[0]}
         assert got == pytest.approx(want, rel=1e-6)
         reopened.close()
-        with store.conn.transaction():
-            store._x("UPDATE meta SET value = '3' WHERE key = 'format_version'")
+        with store.transaction():
+            store.x("UPDATE meta SET value = '3' WHERE key = 'format_version'")
         with pytest.raises(MicroRAGError, match="format 3"):
             PostgresStore(os.environ["MICRORAG_TEST_PG"], schema=store.schema)
     finally:

@@ -21,6 +21,10 @@ import re
 import threading
 import zlib
 from collections import Counter
+from collections.abc import Iterator, Mapping, Sequence
+from contextlib import contextmanager, nullcontext
+from contextvars import ContextVar
+from typing import TYPE_CHECKING, Any
 
 import numpy as np
 
@@ -30,9 +34,52 @@ from ..text import bm25_tokens
 from ..types import Chunk
 from .base import DocRecord, DocUpdate, SearchableStore, Snapshot, check_snapshot, decode_meta, encode_meta
 
+if TYPE_CHECKING:
+    from psycopg_pool import ConnectionPool
+
 TERM_SPACE = 999_999_937  # hashed term ids (pgvector caps sparsevec at 1e9 dims); collisions at 1e6 terms ~0.1%
 REWEIGHT_DRIFT = 0.10
 PG_FORMAT = 2  # 2: keyword statistics per label (format 1, global, is migrated on open)
+
+
+# The WAL position a read must see, for the caller being served (``reading_after``).
+READ_AFTER: ContextVar[str] = ContextVar("microrag_read_after", default="")
+
+
+@contextmanager
+def reading_after(lsn: str) -> Iterator[None]:
+    """Reads in this block see at least WAL position ``lsn`` (the caller's own last write):
+    from the standby once it has replayed that far, from the primary until then."""
+    token = READ_AFTER.set(lsn)
+    try:
+        yield
+    finally:
+        READ_AFTER.reset(token)
+
+
+def lsn_number(lsn: str) -> int:
+    """PostgreSQL's ``X/Y`` WAL position as one comparable number (0 for none)."""
+    hi, sep, lo = lsn.partition("/")
+    return (int(hi, 16) << 32) + int(lo, 16) if sep else 0
+
+
+def _pool(uri: str, schema: str, size: int) -> ConnectionPool:
+    """An open pool of autocommit connections on ``schema``; a server that cannot be reached
+    is one clear error here, not a pool retrying in the background."""
+    import psycopg
+    from psycopg_pool import ConnectionPool
+
+    try:
+        psycopg.connect(uri, connect_timeout=10).close()  # the reason, if it fails, in libpq's words
+    except psycopg.OperationalError as exc:
+        first = str(exc).strip().splitlines()[0] if str(exc).strip() else type(exc).__name__
+        raise MicroRAGError(f"cannot connect to PostgreSQL: {first}") from None
+
+    def configure(conn: psycopg.Connection) -> None:
+        conn.execute(f"SET search_path TO {schema}, public")  # schema is checked to be a plain name
+
+    return ConnectionPool(uri, min_size=1, max_size=size, kwargs={"autocommit": True}, configure=configure,
+                          open=True, name=f"microrag-{schema}")
 
 
 def term_id(term: str) -> int:
@@ -59,26 +106,27 @@ def bm25_doc_weights(tf: dict[int, int], dl: int, avgdl: float, k1: float, b: fl
 class PostgresStore(SearchableStore):
     """A store in schema ``schema`` of the database at ``uri``."""
 
-    def __init__(self, uri: str, schema: str = "microrag", k1: float = 0.9, b: float = 0.4) -> None:
+    def __init__(self, uri: str, schema: str = "microrag", k1: float = 0.9, b: float = 0.4,
+                 read_uri: str | None = None, pool_size: int = 8) -> None:
         try:
-            import psycopg
+            import psycopg  # noqa: F401
+            from psycopg_pool import ConnectionPool  # noqa: F401
         except ImportError:
             raise MicroRAGError("the postgres store needs its extra: pip install 'microrag-engine[postgres]'") from None
         if not re.fullmatch(r"[a-z_][a-z0-9_]{0,62}", schema):
             raise MicroRAGError(f"invalid schema name {schema!r}: use lower-case letters, digits and _")
         self.schema, self.k1, self.b = schema, k1, b
-        # One connection per store; psycopg would interleave two threads' transactions on it.
-        self.lock = threading.RLock()
-        try:
-            self.conn = psycopg.connect(uri, autocommit=True)
-        except psycopg.OperationalError as exc:
-            first = str(exc).strip().splitlines()[0] if str(exc).strip() else type(exc).__name__
-            raise MicroRAGError(f"cannot connect to PostgreSQL: {first}") from None
-        self._x("CREATE EXTENSION IF NOT EXISTS vector")
-        self._x(f"CREATE SCHEMA IF NOT EXISTS {schema}")
-        self._x(f"SET search_path TO {schema}, public")
-        self._x("CREATE TABLE IF NOT EXISTS meta (key TEXT PRIMARY KEY, value TEXT NOT NULL)")
-        self._x("""CREATE TABLE IF NOT EXISTS documents (
+        # Pools instead of one locked connection: each thread's statements and transactions run
+        # on a connection of their own, so queries never wait behind an ingest. ``read_uri`` (a
+        # hot standby, or libpq's multi-host form) takes the reads; writes go to ``uri``.
+        self._local = threading.local()
+        self.pool = _pool(uri, schema, pool_size)
+        self.read_pool = _pool(read_uri, schema, pool_size) if read_uri else None
+        self._wrote = self._replayed = 0  # WAL positions: this process's last write; the standby's last seen replay
+        self.x("CREATE EXTENSION IF NOT EXISTS vector")
+        self.x(f"CREATE SCHEMA IF NOT EXISTS {schema}")
+        self.x("CREATE TABLE IF NOT EXISTS meta (key TEXT PRIMARY KEY, value TEXT NOT NULL)")
+        self.x("""CREATE TABLE IF NOT EXISTS documents (
             doc TEXT PRIMARY KEY, content_hash TEXT NOT NULL, label TEXT NOT NULL, principal TEXT NOT NULL,
             origin TEXT NOT NULL, ingested_at TEXT NOT NULL, n_chunks INTEGER NOT NULL)""")
         self._add_column("documents", "collection", "TEXT NOT NULL DEFAULT ''")
@@ -91,28 +139,77 @@ class PostgresStore(SearchableStore):
             self._create_chunks(int(dim))
         self._create_statistics(migrate=version < PG_FORMAT)
 
-    def _x(self, sql: str, params=None):
-        return self.conn.execute(sql, params)
+    # ------------------------------------------------------------ connections
+
+    @contextmanager
+    def transaction(self, read: bool = False) -> Iterator[None]:
+        """One transaction on one pooled connection: every ``x`` inside runs on it. A nested
+        call joins the outer transaction. ``read=True`` runs on the standby when there is one
+        and it has replayed whatever this context must see (``reading_after``)."""
+        if getattr(self._local, "conn", None) is not None:
+            yield
+            return
+        with self._reader() if read else nullcontext(self.pool) as pool, pool.connection() as conn, conn.transaction():
+            self._local.conn = conn
+            try:
+                yield
+            finally:
+                self._local.conn = None
+
+    @contextmanager
+    def _reader(self) -> Iterator[ConnectionPool]:
+        """The pool a read uses: the standby, unless it has not yet replayed what this read
+        must see - this process's own last write, or the caller's (``reading_after``)."""
+        if self.read_pool is None:
+            yield self.pool
+            return
+        need = max(lsn_number(READ_AFTER.get()), self._wrote)
+        if need > self._replayed:
+            with self.read_pool.connection() as conn:
+                row = conn.execute("SELECT pg_last_wal_replay_lsn()::text").fetchone()
+            self._replayed = max(self._replayed, lsn_number(row[0] if row and row[0] else ""))
+            if need > self._replayed:
+                yield self.pool  # the standby lags behind: read from the primary this time
+                return
+        yield self.read_pool
+
+    def x(self, sql: str, params: Sequence[Any] | Mapping[str, Any] | None = None, read: bool = False) -> list[tuple]:
+        """Run one statement (in the current transaction, else on its own connection; ``read``:
+        where ``_reader`` says) and return its rows."""
+        conn = getattr(self._local, "conn", None)
+        if conn is not None:
+            cur = conn.execute(sql, params)
+            return cur.fetchall() if cur.description else []
+        with self._reader() if read else nullcontext(self.pool) as pool, pool.connection() as conn:
+            cur = conn.execute(sql, params)
+            return cur.fetchall() if cur.description else []
+
+    def committed_lsn(self) -> str:
+        """Where the primary's WAL stands now: a standby that replayed this far sees every
+        write committed before the call (read-your-writes across replicas)."""
+        lsn = str(self.x("SELECT pg_current_wal_lsn()::text")[0][0])
+        self._wrote = max(self._wrote, lsn_number(lsn))
+        return lsn
 
     def _add_column(self, table: str, name: str, decl: str) -> None:
         """A column added after format 2 shipped; its default reads old rows correctly. Looked up
         first: ALTER TABLE takes an exclusive lock even when the column exists."""
-        if not self._x("SELECT 1 FROM information_schema.columns WHERE table_schema = %s AND table_name = %s "
-                       "AND column_name = %s", (self.schema, table, name)).fetchone():
-            self._x(f"ALTER TABLE {table} ADD COLUMN IF NOT EXISTS {name} {decl}")
+        if not self.x("SELECT 1 FROM information_schema.columns WHERE table_schema = %s AND table_name = %s "
+                      "AND column_name = %s", (self.schema, table, name)):
+            self.x(f"ALTER TABLE {table} ADD COLUMN IF NOT EXISTS {name} {decl}")
 
     def _create_chunks(self, dim: int) -> None:
-        self._x(f"""CREATE TABLE IF NOT EXISTS chunks (
+        self.x(f"""CREATE TABLE IF NOT EXISTS chunks (
             id TEXT PRIMARY KEY, doc TEXT NOT NULL REFERENCES documents(doc) ON DELETE CASCADE,
             idx INTEGER NOT NULL, start INTEGER NOT NULL, "end" INTEGER NOT NULL, text TEXT NOT NULL,
             text_hash TEXT NOT NULL, label TEXT NOT NULL, embedding vector({dim}) NOT NULL,
             terms BIGINT[] NOT NULL, tfs INTEGER[] NOT NULL, dl INTEGER NOT NULL, bm25 sparsevec NOT NULL,
             UNIQUE (doc, idx))""")
         self._add_column("chunks", "page", "INTEGER NOT NULL DEFAULT 0")
-        self._x("CREATE INDEX IF NOT EXISTS chunks_hnsw ON chunks USING hnsw (embedding vector_cosine_ops) "
+        self.x("CREATE INDEX IF NOT EXISTS chunks_hnsw ON chunks USING hnsw (embedding vector_cosine_ops) "
                 "WITH (m = 16, ef_construction = 100)")
-        self._x("CREATE INDEX IF NOT EXISTS chunks_terms ON chunks USING gin (terms)")
-        self._x("CREATE INDEX IF NOT EXISTS chunks_label ON chunks (label)")
+        self.x("CREATE INDEX IF NOT EXISTS chunks_terms ON chunks USING gin (terms)")
+        self.x("CREATE INDEX IF NOT EXISTS chunks_label ON chunks (label)")
 
     def _create_statistics(self, migrate: bool) -> None:
         """Keyword statistics per label, so a search sums only what its caller may read
@@ -122,54 +219,54 @@ class PostgresStore(SearchableStore):
         the chunks, re-weights them with the mean length of approved chunks only, and
         writes format 2, which older binaries refuse instead of reading it wrongly.
         """
-        with self.lock, self.conn.transaction():
+        with self.transaction():
             if migrate:
-                self._x("LOCK TABLE meta IN EXCLUSIVE MODE")  # one process migrates; the rest wait and see format 2
+                self.x("LOCK TABLE meta IN EXCLUSIVE MODE")  # one process migrates; the rest wait and see format 2
                 migrate = int(self.meta().get("format_version") or PG_FORMAT) < PG_FORMAT
             if migrate:
-                self._x("DROP TABLE IF EXISTS term_df")
-                self._x("DROP TABLE IF EXISTS label_stats")
-            self._x("""CREATE TABLE IF NOT EXISTS term_df (term BIGINT NOT NULL, label TEXT NOT NULL,
+                self.x("DROP TABLE IF EXISTS term_df")
+                self.x("DROP TABLE IF EXISTS label_stats")
+            self.x("""CREATE TABLE IF NOT EXISTS term_df (term BIGINT NOT NULL, label TEXT NOT NULL,
                        df INTEGER NOT NULL, PRIMARY KEY (term, label))""")
-            self._x("""CREATE TABLE IF NOT EXISTS label_stats (label TEXT PRIMARY KEY, n INTEGER NOT NULL,
+            self.x("""CREATE TABLE IF NOT EXISTS label_stats (label TEXT PRIMARY KEY, n INTEGER NOT NULL,
                        total_dl BIGINT NOT NULL)""")
             if migrate:
                 if self.meta().get("dim"):
-                    self._x("INSERT INTO term_df SELECT term, label, count(*) FROM chunks, unnest(terms) term "
+                    self.x("INSERT INTO term_df SELECT term, label, count(*) FROM chunks, unnest(terms) term "
                             "GROUP BY term, label")
-                    self._x("INSERT INTO label_stats SELECT label, count(*), sum(dl) FROM chunks GROUP BY label")
+                    self.x("INSERT INTO label_stats SELECT label, count(*), sum(dl) FROM chunks GROUP BY label")
                     avgdl = self._settle_avgdl(float(self.meta().get("avgdl") or 0))
-                    self._x("UPDATE meta SET value = %s WHERE key = 'avgdl'", (repr(avgdl),))
-                self._x("UPDATE meta SET value = %s WHERE key = 'format_version'", (str(PG_FORMAT),))
+                    self.x("UPDATE meta SET value = %s WHERE key = 'avgdl'", (repr(avgdl),))
+                self.x("UPDATE meta SET value = %s WHERE key = 'format_version'", (str(PG_FORMAT),))
 
     def drop(self) -> None:
         """Delete the whole schema (tests, or starting over)."""
-        self._x(f"DROP SCHEMA IF EXISTS {self.schema} CASCADE")
+        self.x(f"DROP SCHEMA IF EXISTS {self.schema} CASCADE")
 
     # ------------------------------------------------------------ reads
 
     def meta(self) -> dict[str, str]:
-        return dict(self._x("SELECT key, value FROM meta").fetchall())
+        return dict(self.x("SELECT key, value FROM meta", read=True))
 
     def documents(self) -> dict[str, DocRecord]:
-        rows = self._x("SELECT doc, content_hash, label, principal, origin, ingested_at, n_chunks, collection, meta "
-                       "FROM documents ORDER BY doc")
-        return {r[0]: DocRecord(r[0], r[1], r[2], r[3], r[4], r[5], r[6], r[7], decode_meta(r[8])) for r in rows.fetchall()}
+        rows = self.x("SELECT doc, content_hash, label, principal, origin, ingested_at, n_chunks, collection, meta "
+                      "FROM documents ORDER BY doc", read=True)
+        return {r[0]: DocRecord(r[0], r[1], r[2], r[3], r[4], r[5], r[6], r[7], decode_meta(r[8])) for r in rows}
 
     def generation(self) -> int:
-        row = self._x("SELECT value FROM meta WHERE key = 'generation'").fetchone()
-        return int(row[0]) if row else 0
+        rows = self.x("SELECT value FROM meta WHERE key = 'generation'", read=True)
+        return int(rows[0][0]) if rows else 0
 
     def snapshot(self) -> Snapshot:
         # REPEATABLE READ: every statement below sees the same committed state.
-        with self.lock, self.conn.transaction():
-            self._x("SET TRANSACTION ISOLATION LEVEL REPEATABLE READ")
+        with self.transaction(read=True):
+            self.x("SET TRANSACTION ISOLATION LEVEL REPEATABLE READ")
             meta = self.meta()
             docs = self.documents()
             rows = []
             if meta.get("dim"):
-                rows = self._x('SELECT id, doc, idx, start, "end", text, embedding::text, label, page FROM chunks '
-                               "ORDER BY doc, idx").fetchall()
+                rows = self.x('SELECT id, doc, idx, start, "end", text, embedding::text, label, page FROM chunks '
+                               "ORDER BY doc, idx")
         chunks = [Chunk(r[0], r[1], r[2], r[3], r[4], r[5], r[8]) for r in rows]
         dim = int(meta.get("dim", 0) or 0)
         vectors = (np.array([np.fromstring(r[6][1:-1], sep=",", dtype=np.float32) for r in rows], dtype=np.float32)
@@ -182,13 +279,13 @@ class PostgresStore(SearchableStore):
         dim = int(meta.get("dim") or self.meta().get("dim") or 0)
         if dim:
             self._create_chunks(dim)
-        with self.lock, self.conn.transaction():
+        with self.transaction():
             # One writer at a time; readers keep going on their snapshots.
-            self._x("LOCK TABLE meta IN EXCLUSIVE MODE")
+            self.x("LOCK TABLE meta IN EXCLUSIVE MODE")
             gen = self.generation() + 1
             for doc in [*deletes, *(u.record.doc for u in updates)]:
                 self._count_terms(doc, -1)
-                self._x("DELETE FROM documents WHERE doc = %s", (doc,))
+                self.x("DELETE FROM documents WHERE doc = %s", (doc,))
             stats = self._stats()
             n, total_dl = stats["n"], stats["total_dl"]
             prepared = []
@@ -201,7 +298,7 @@ class PostgresStore(SearchableStore):
             avgdl = total_dl / n if n and total_dl else 1.0  # no words at all: any positive mean will do
             # New rows use the avgdl the stored rows were weighted with, so all scores agree.
             weighted_with = float(self.meta().get("avgdl") or 0) or avgdl
-            with self.conn.cursor() as cur:
+            with self._local.conn.cursor() as cur:
                 for u in updates:
                     r = u.record
                     cur.execute("INSERT INTO documents (doc, content_hash, label, principal, origin, ingested_at, n_chunks, "
@@ -222,8 +319,9 @@ class PostgresStore(SearchableStore):
             values = {**meta, "format_version": str(PG_FORMAT), "generation": str(gen),
                       "avgdl": repr(self._settle_avgdl(weighted_with))}
             for k, v in values.items():
-                self._x("INSERT INTO meta VALUES (%s, %s) ON CONFLICT (key) DO UPDATE SET value = EXCLUDED.value",
-                        (k, str(v)))
+                self.x("INSERT INTO meta VALUES (%s, %s) ON CONFLICT (key) DO UPDATE SET value = EXCLUDED.value",
+                       (k, str(v)))
+        self.committed_lsn()  # this process reads its own write from now on, standby or not
         return gen
 
     def _settle_avgdl(self, weighted_with: float) -> float:
@@ -240,31 +338,36 @@ class PostgresStore(SearchableStore):
         # The mean chunk length every stored weight is normalised by. Reserved labels
         # (content waiting for review) are left out, so an upload nobody approved cannot
         # move a live document's score; restricted chunks count, as one corpus-wide mean.
-        n, total = self._x("SELECT coalesce(sum(n), 0), coalesce(sum(total_dl), 0) FROM label_stats "
-                           "WHERE left(label, 1) <> '_'").fetchone()
+        n, total = self.x("SELECT coalesce(sum(n), 0), coalesce(sum(total_dl), 0) FROM label_stats "
+                          "WHERE left(label, 1) <> '_'")[0]
         return {"n": int(n), "total_dl": int(total)}
 
     def _count_terms(self, doc: str, sign: int) -> None:
         """Add (``sign=+1``) or take away (``-1``) ``doc``'s chunks in the per-label statistics."""
-        if self._x("SELECT to_regclass(%s)", (f"{self.schema}.chunks",)).fetchone()[0] is None:
+        if self.x("SELECT to_regclass(%s)", (f"{self.schema}.chunks",))[0][0] is None:
             return
-        self._x("""INSERT INTO term_df SELECT term, label, %s * count(*) FROM chunks, unnest(terms) term
+        self.x("""INSERT INTO term_df SELECT term, label, %s * count(*) FROM chunks, unnest(terms) term
                    WHERE doc = %s GROUP BY term, label
                    ON CONFLICT (term, label) DO UPDATE SET df = term_df.df + EXCLUDED.df""", (sign, doc))
-        self._x("""INSERT INTO label_stats SELECT label, %s * count(*), %s * sum(dl) FROM chunks WHERE doc = %s
+        self.x("""INSERT INTO label_stats SELECT label, %s * count(*), %s * sum(dl) FROM chunks WHERE doc = %s
                    GROUP BY label ON CONFLICT (label) DO UPDATE
                    SET n = label_stats.n + EXCLUDED.n, total_dl = label_stats.total_dl + EXCLUDED.total_dl""",
                 (sign, sign, doc))
         if sign < 0:
-            self._x("DELETE FROM term_df WHERE df <= 0")
-            self._x("DELETE FROM label_stats WHERE n <= 0")
+            self.x("DELETE FROM term_df WHERE df <= 0")
+            self.x("DELETE FROM label_stats WHERE n <= 0")
 
     def _reweight(self, avgdl: float) -> None:
-        rows = self._x("SELECT id, terms, tfs, dl FROM chunks").fetchall()
-        with self.conn.cursor() as cur:
-            cur.executemany("UPDATE chunks SET bm25 = %s::sparsevec WHERE id = %s", [
+        with self.transaction():
+            rows = self.x("SELECT id, terms, tfs, dl FROM chunks")
+            self._many("UPDATE chunks SET bm25 = %s::sparsevec WHERE id = %s", [
                 (sparse_literal(bm25_doc_weights(dict(zip(t, f)), dl, avgdl, self.k1, self.b)), cid)
                 for cid, t, f, dl in rows])
+
+    def _many(self, sql: str, rows: list[tuple]) -> None:
+        """``sql`` once per row, in the current transaction (or one of its own)."""
+        with self.transaction(), self._local.conn.cursor() as cur:
+            cur.executemany(sql, rows)
 
     # ------------------------------------------------------------ server-side search
 
@@ -282,64 +385,67 @@ class PostgresStore(SearchableStore):
         label_sql, label_args = ("AND label = ANY(%s)", [labels]) if labels is not None else ("", [])
         # the filter narrows candidates only: IDF and the ceiling stay those of the caller's labels
         doc_sql, doc_args = ("AND doc = ANY(%s)", [docs]) if docs is not None else ("", [])
-        with self.lock, self.conn.transaction():
-            self._x(f"SET LOCAL hnsw.ef_search = {int(ef_search)}")  # 200: recall@10 >= 0.98 in benchmarks/scale.py
-            self._x("SET LOCAL hnsw.iterative_scan = relaxed_order")
-            n_chunks = int(self._x(f"SELECT coalesce(sum(n), 0) FROM label_stats WHERE true {label_sql}",
-                                   label_args).fetchone()[0])
-            dfs = dict(self._x(f"SELECT term, sum(df)::int FROM term_df WHERE term = ANY(%s::bigint[]) {label_sql} "
-                               "GROUP BY term HAVING sum(df) > 0", (terms, *label_args)).fetchall()) if terms else {}
+        with self.transaction(read=True):
+            self.x(f"SET LOCAL hnsw.ef_search = {int(ef_search)}")  # 200: recall@10 >= 0.98 in benchmarks/scale.py
+            self.x("SET LOCAL hnsw.iterative_scan = relaxed_order")
+            n_chunks = int(self.x(f"SELECT coalesce(sum(n), 0) FROM label_stats WHERE true {label_sql}",
+                                   label_args)[0][0])
+            dfs = dict(self.x(f"SELECT term, sum(df)::int FROM term_df WHERE term = ANY(%s::bigint[]) {label_sql} "
+                               "GROUP BY term HAVING sum(df) > 0", (terms, *label_args))) if terms else {}
             q_sparse = sparse_literal({t: lucene_idf(dfs[t], n_chunks) for t in terms if t in dfs})
             qv = vector_literal(qvec)
-            ids = [r[0] for r in self._x(
+            ids = [r[0] for r in self.x(
                 f"SELECT id FROM chunks WHERE embedding IS NOT NULL {label_sql} {doc_sql} ORDER BY embedding <=> %s::vector LIMIT %s",
-                (*label_args, *doc_args, qv, n)).fetchall()]
+                (*label_args, *doc_args, qv, n))]
             if dfs:
-                ids += [r[0] for r in self._x(
+                ids += [r[0] for r in self.x(
                     f"SELECT id FROM chunks WHERE terms && %s::bigint[] {label_sql} {doc_sql} "
                     "ORDER BY bm25 <#> %s::sparsevec, id LIMIT %s",
-                    (list(dfs), *label_args, *doc_args, q_sparse, n)).fetchall()]
-            rows = self._x('SELECT id, doc, idx, start, "end", text, page, -(bm25 <#> %s::sparsevec), '
+                    (list(dfs), *label_args, *doc_args, q_sparse, n))]
+            rows = self.x('SELECT id, doc, idx, start, "end", text, page, -(bm25 <#> %s::sparsevec), '
                            "1 - (embedding <=> %s::vector) FROM chunks WHERE id = ANY(%s) ORDER BY doc, idx",
-                           (q_sparse, qv, list(dict.fromkeys(ids)))).fetchall()
+                           (q_sparse, qv, list(dict.fromkeys(ids))))
         # Terms no chunk has get the highest IDF, as in the in-memory scorer.
         tokens = bm25_tokens(query)
         ceiling = sum(lucene_idf(dfs.get(term_id(t), 0), n_chunks) for t in tokens)
         return [(Chunk(*r[:7]), float(r[7] or 0.0), float(r[8])) for r in rows], ceiling
 
     def relabel(self, doc: str, label: str) -> int:
-        with self.lock, self.conn.transaction():
-            self._x("LOCK TABLE meta IN EXCLUSIVE MODE")
-            if not self._x("UPDATE documents SET label = %s WHERE doc = %s", (label, doc)).rowcount:
+        with self.transaction():
+            self.x("LOCK TABLE meta IN EXCLUSIVE MODE")
+            if not self.x("UPDATE documents SET label = %s WHERE doc = %s RETURNING doc", (label, doc)):
                 raise MicroRAGError(f"no such document {doc!r}")
             self._count_terms(doc, -1)
-            self._x("UPDATE chunks SET label = %s WHERE doc = %s", (label, doc))
+            self.x("UPDATE chunks SET label = %s WHERE doc = %s", (label, doc))
             self._count_terms(doc, +1)
             gen = self.generation() + 1
-            self._x("UPDATE meta SET value = %s WHERE key = 'generation'", (str(gen),))
+            self.x("UPDATE meta SET value = %s WHERE key = 'generation'", (str(gen),))
             # Approval moves a document out of quarantine into the mean length.
             weighted_with = float(self.meta().get("avgdl") or 0)
             if weighted_with:
-                self._x("UPDATE meta SET value = %s WHERE key = 'avgdl'", (repr(self._settle_avgdl(weighted_with)),))
+                self.x("UPDATE meta SET value = %s WHERE key = 'avgdl'", (repr(self._settle_avgdl(weighted_with)),))
+        self.committed_lsn()
         return gen
 
     def check(self) -> list[str]:
         problems = check_snapshot(self.snapshot())
         if self.meta().get("dim"):
-            bad = self._x("""SELECT count(*) FROM (SELECT term, label, count(*) AS n FROM chunks, unnest(terms) term
+            bad = self.x("""SELECT count(*) FROM (SELECT term, label, count(*) AS n FROM chunks, unnest(terms) term
                              GROUP BY term, label) x FULL JOIN term_df t USING (term, label)
-                             WHERE x.n IS DISTINCT FROM t.df""").fetchone()[0]
+                             WHERE x.n IS DISTINCT FROM t.df""")[0][0]
             if bad:
                 problems.append(f"{bad} keyword document frequencies disagree with the chunks")
-            bad = self._x("""SELECT count(*) FROM (SELECT label, count(*) AS n, sum(dl) AS total_dl FROM chunks GROUP BY label) x
+            bad = self.x("""SELECT count(*) FROM (SELECT label, count(*) AS n, sum(dl) AS total_dl FROM chunks GROUP BY label) x
                              FULL JOIN label_stats s USING (label)
-                             WHERE x.n IS DISTINCT FROM s.n OR x.total_dl IS DISTINCT FROM s.total_dl""").fetchone()[0]
+                             WHERE x.n IS DISTINCT FROM s.n OR x.total_dl IS DISTINCT FROM s.total_dl""")[0][0]
             if bad:
                 problems.append(f"{bad} labels' chunk counts disagree with the chunks")
-            drift = self._x("SELECT count(*) FROM chunks c JOIN documents d USING (doc) WHERE c.label <> d.label").fetchone()[0]
+            drift = self.x("SELECT count(*) FROM chunks c JOIN documents d USING (doc) WHERE c.label <> d.label")[0][0]
             if drift:
                 problems.append(f"{drift} chunks carry a label that differs from their document's")
         return problems
 
     def close(self) -> None:
-        self.conn.close()
+        self.pool.close()
+        if self.read_pool is not None:
+            self.read_pool.close()
