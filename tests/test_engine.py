@@ -3,7 +3,9 @@
 from __future__ import annotations
 
 import time
+from dataclasses import replace
 
+import numpy as np
 import pytest
 
 from conftest import needs_models
@@ -173,3 +175,109 @@ def test_provenance_tiers_rank_lower_tiers_below_the_operator():
     assert eng.retrieve(q).hits[0].chunk.doc == "@t/parking.md"
     eng.set_tiers({"@t/parking.md": 2})
     assert eng.retrieve(q).hits[0].chunk.doc == "hr/parking.md"
+
+
+def _hits(retrieval) -> tuple:
+    return retrieval.refused, retrieval.reason, [(h.chunk, h.hybrid, h.raw_kw, h.raw_em) for h in retrieval.hits]
+
+
+@pytest.fixture
+def hashed_store(tmp_path):
+    from microrag_engine.ingest import ingest_documents
+    from microrag_engine.store.sqlite import SQLiteStore
+    from microrag_engine.types import Document
+
+    settings = override(preset("default"), embedder="hash")
+    store = SQLiteStore(tmp_path / "ix")
+    docs = [Document(f"kb/d{i:02}.md", f"# Doc {i}\n\nStaff get {i} vacation days. Refunds take {i % 3} weeks; "
+                     f"the VPN port is 518{i}.") for i in range(12)]
+    ingest_documents(store, docs, settings)
+    ingest_documents(store, [Document("kb/secret.md", "Vacation payouts for executives are confidential.")], settings,
+                     label="restricted")
+    yield store, settings
+    store.close()
+
+
+def test_an_updated_engine_ranks_as_one_derived_afresh_and_the_old_one_is_untouched(hashed_store):
+    """Engine.updated (the server's reload after a write) takes in added, rewritten, deleted
+    and relabelled documents: chunks, order, labels and every ranking - per clearance, so
+    the masked keyword statistics too - equal an engine derived from the store afresh."""
+    from microrag_engine.ingest import delete_documents, ingest_documents
+    from microrag_engine.types import Document
+
+    store, settings = hashed_store
+    queries = ["vacation days", "refunds weeks", "VPN port 5185", "zebras at the office", "executive payouts"]
+    clearances = [None, ["public"], ["public", "restricted"], ["restricted"]]
+    old = Engine.from_store(store, settings, save_derived=False)
+    before = [_hits(old.retrieve(q, labels=c)) for q in queries for c in clearances]
+    ingest_documents(store, [Document("a/zebra.md", "Zebras visit the office on Fridays for vacation."),
+                             Document("kb/d05.md", "Rewritten: refunds now take nine weeks.")], settings)
+    ingest_documents(store, [Document("kb/held.md", "Zebras zebras vacation vacation days.")], settings,
+                     label="_quarantine")
+    delete_documents(store, ["kb/d07.md"])
+    store.relabel("kb/d03.md", "restricted")
+    new = old.updated(store)
+    fresh = Engine.from_store(store, settings, save_derived=False)
+    assert [c.id for c in new.index.chunks] == [c.id for c in fresh.index.chunks]
+    assert list(new.labels) == list(fresh.labels) and np.array_equal(new.index.vectors, fresh.index.vectors)
+    assert new.generation == fresh.generation == store.generation() and dict(new.records) == dict(fresh.records)
+    for q in queries:
+        for c in clearances:
+            assert _hits(new.retrieve(q, labels=c)) == _hits(fresh.retrieve(q, labels=c)), (q, c)
+    assert [_hits(old.retrieve(q, labels=c)) for q in queries for c in clearances] == before
+    assert new.updated(store).index is new.index  # nothing changed since: nothing re-read
+
+
+def test_a_held_upload_moves_no_readers_keyword_statistics_after_an_update(hashed_store):
+    """The property the per-clearance re-fit guaranteed, kept by masking: a quarantined upload
+    stuffed with a reader's query words changes none of that reader's scores, refusals or
+    term weights - while with statistics over every chunk (``scoped=False``) it would."""
+    from microrag_engine.ingest import ingest_documents
+    from microrag_engine.types import Document
+
+    store, settings = hashed_store
+    old = Engine.from_store(store, settings, save_derived=False)
+    ingest_documents(store, [Document("up/held.md", "vacation vacation days refunds weeks zorblax " * 5)], settings,
+                     label="_quarantine")
+    new = old.updated(store)
+    assert "_quarantine" in set(new.labels)
+    for q in ["vacation days", "refunds weeks", "zorblax vacation"]:
+        for c in [None, ["public"]]:
+            a, b = old.retrieve(q, labels=c), new.retrieve(q, labels=c)
+            assert _hits(a) == _hits(b) and a.weight is not None and b.weight is not None
+            assert [a.weight(t) for t in ("vacat", "zorblax")] == [b.weight(t) for t in ("vacat", "zorblax")]
+    leaky = new.retrieve("vacation days", labels=["public"], scoped=False, safeguards=False)
+    sealed = new.retrieve("vacation days", labels=["public"], safeguards=False)
+    assert [h.raw_kw for h in leaky.hits] != [h.raw_kw for h in sealed.hits]
+
+
+def test_a_clearances_keyword_scorer_equals_a_fit_on_what_it_may_read(hashed_store):
+    from microrag_engine.index.keyword import BM25Scorer
+
+    store, settings = hashed_store
+    engine = Engine.from_store(store, settings, save_derived=False)
+    readable = engine.mask(["public"])
+    assert readable is not None and not readable.all()
+    view = engine._scoped_keyword(["public"], readable)
+    alone = BM25Scorer(settings.k1, settings.b).fit([c.text for c, r in zip(engine.index.chunks, readable) if r])
+    for q in ["vacation payouts", "refunds weeks", "confidential executives", "nothing here"]:
+        assert np.array_equal(view.scores(q), alone.scores(q)) and view.ceiling(q) == alone.ceiling(q)
+    assert engine._scoped_keyword(["public"], readable) is view  # made once per clearance
+
+
+def test_a_write_that_changes_no_record_is_derived_again_not_missed(hashed_store):
+    """Updates find changed documents by their records; a write under an unchanged record
+    (ingest never makes one, a direct Store.apply can) must not leave stale chunks behind."""
+    from microrag_engine.store.base import DocUpdate
+
+    store, settings = hashed_store
+    old = Engine.from_store(store, settings, save_derived=False)
+    snap = store.snapshot()
+    record = snap.documents["kb/d04.md"]
+    rows = [i for i, c in enumerate(snap.chunks) if c.doc == "kb/d04.md"]
+    chunks = [replace(snap.chunks[i], text="Zebras graze by the office.") for i in rows]
+    store.apply([DocUpdate(record, chunks, snap.vectors[rows], ["x"] * len(rows))], [], snap.meta)
+    new = old.updated(store)
+    assert store.documents()["kb/d04.md"] == record
+    assert [c.text for c in new.index.chunks if c.doc == "kb/d04.md"] == ["Zebras graze by the office."] * len(rows)
+    assert _hits(new.retrieve("zebras graze")) == _hits(Engine.from_store(store, settings, save_derived=False).retrieve("zebras graze"))

@@ -9,6 +9,7 @@ place the steps are wired: the library, the CLI and the server all retrieve with
 
 from __future__ import annotations
 
+import bisect
 import logging
 import time
 from collections import Counter
@@ -28,7 +29,7 @@ from .index import Index, build_index
 from .index.ann import HNSW, faiss_available
 from .index.embed import make_embedder
 from .index.keyword import BM25Scorer, KeywordScorer, make_keyword
-from .index.saved import ChunkTable, SavedRecords, open_saved, save
+from .index.saved import ChunkTable, SavedRecords, interleave, open_saved, save
 from .ingest import check_compatible, embedder_drift, guarded, title_of
 from .load import SUPPORTED, load_documents
 from .retrieve import rank_candidates, retrieve
@@ -39,7 +40,7 @@ from .runtime.llm import ChatStream
 from .store.base import DocFilter, DocRecord, SearchableStore, Store
 from .text import bm25_fingerprint
 from .tools import FileTool, ToolResult
-from .types import Document, Retrieval, Turn
+from .types import Chunk, Document, Retrieval, Turn
 from .verify import Verification, verify_with
 from .verify.conflict import Conflict, conflict_answer, find_conflicts
 from .verify.nli import NLIModel, load_nli
@@ -93,6 +94,8 @@ class Engine:
         self.generation = generation
         # Keyword scorers fitted on what one clearance may read, by label set (see retrieve()).
         self._scoped: dict[tuple[str, ...], KeywordScorer] = {}
+        # Visible-chunk masks by label set (None: the default), read-only: see mask().
+        self._masks: dict[tuple[str, ...] | None, np.ndarray | None] = {}
         # (knobs, length prior per document, the same per chunk of the index): see _doc_prior
         self._prior: tuple[tuple[float, int, float], dict[str, float], np.ndarray | None] | None = None
         # Provenance tier per document (0 operator, 1 admin-approved, 2 trusted contributor): set
@@ -150,17 +153,68 @@ class Engine:
                     log.info("could not save the derived index in %s (%s); opening will not be fast", folder,
                              exc.strerror if isinstance(exc, OSError) else type(exc).__name__)
             cache = store.cache_path(f"hnsw-{snap.generation}.faiss")
-            index = Index(snap.chunks, keyword, embedder, snap.vectors, ann=_maybe_ann(snap.vectors, settings, cache))
+            index = Index(snap.chunks, keyword, embedder, snap.vectors, ann=_maybe_ann(snap.vectors, settings, cache, snap.labels))
             return cls(settings, index, [Document(d, "") for d in snap.documents], labels=snap.labels,
                        generation=snap.generation, records=snap.documents)
         if saved.keyword is not None:
-            keyword = BM25Scorer(settings.k1, settings.b).restore(*saved.keyword, n=len(saved.chunks))
+            keyword = BM25Scorer(settings.k1, settings.b).restore(*saved.keyword)
         else:  # the seed's TF-IDF is not saved: it refits (seed indexes are small)
             keyword = make_keyword(settings.keyword, settings.k1, settings.b).fit(saved.chunks.texts())
         cache = store.cache_path(f"hnsw-{generation}.faiss")
-        index = Index(saved.chunks, keyword, embedder, saved.vectors, ann=_maybe_ann(saved.vectors, settings, cache))
+        index = Index(saved.chunks, keyword, embedder, saved.vectors, ann=_maybe_ann(saved.vectors, settings, cache, saved.labels))
         saved_records = SavedRecords(saved.documents, saved.n_documents, _row_record)
         return cls(settings, index, None, labels=saved.labels, generation=generation, records=saved_records)
+
+    def updated(self, store: Store, records: Mapping[str, DocRecord] | None = None) -> Engine:
+        """This engine brought up to ``store``'s current state without deriving it again.
+
+        The documents whose record differs from the one this engine read (added, rewritten,
+        relabelled, deleted: ingest rewrites a document only when its content hash or label
+        changed) are read from the store and swapped in at their place in the store's order;
+        the rest of the keyword postings, vectors and chunk columns is reused. The result
+        ranks exactly as ``from_store`` would (same chunks, order, statistics). ``self`` is
+        left as it was: queries running on it finish on it. Falls back to ``from_store`` where
+        nothing can be reused: database-side retrieval, the seed's TF-IDF, an engine built
+        from documents, a write that changed no record. ``records``: the store's, if the caller
+        has just read them (they are read again with the changed chunks, to check).
+        """
+        keyword = self.index.keyword
+        if self.store is not None or not isinstance(keyword, BM25Scorer) or not self.records:
+            return Engine.from_store(store, self.settings, save_derived=False)
+        before = dict(self.records)
+        changed = _changed(before, store.documents() if records is None else records)
+        for _ in range(3):  # a write between the two reads changes more documents: read those too
+            part = store.snapshot_of(changed)
+            more = _changed(before, part.documents) - changed
+            if not more:
+                break
+            changed |= more
+        else:
+            return Engine.from_store(store, self.settings, save_derived=False)
+        if not part.documents:
+            raise CorpusError("the index is empty; add documents with: microrag ingest PATH")
+        if not changed and part.generation != self.generation:
+            # A write that changed no record (settings in the meta; or chunks rewritten under an
+            # unchanged record, which ingest never does): nothing says what changed, derive it all.
+            return Engine.from_store(store, self.settings, save_derived=False)
+        check_compatible(part.meta, self.settings)
+        _warn_drift(part.meta, self.index.embedder.digest)
+        index = self.index
+        if changed:
+            old = index.chunks
+            gone = [k for k, name in enumerate(old.doc_names) if name in changed]
+            keep = ~np.isin(old.doc_of, gone)
+            at = _places(old, keep, part.chunks)
+            vectors = interleave(index.vectors, keep, part.vectors.astype(np.float32), at)
+            labels = interleave(self.labels, keep, np.array(part.labels, dtype=object), at)
+            cache = store.cache_path(f"hnsw-{part.generation}.faiss")
+            index = Index(old.updated(keep, part.chunks, at), keyword.updated(keep, [c.text for c in part.chunks], at=at),
+                          index.embedder, vectors, ann=_maybe_ann(vectors, self.settings, cache, labels))
+        else:
+            labels = self.labels
+        engine = Engine(self.settings, index, None, labels=labels.tolist(), generation=part.generation, records=part.documents)
+        engine.tiers = self.tiers
+        return engine
 
     @property
     def n_documents(self) -> int:
@@ -173,10 +227,22 @@ class Engine:
         ``None`` means every label except the reserved ones (``_quarantine``): content
         waiting for review is never retrievable, whoever asks and however.
         """
-        if labels is None:
-            reserved = np.array([str(x).startswith("_") for x in self.labels], dtype=bool)
-            return ~reserved if reserved.any() else None
-        return np.isin(self.labels, [x for x in labels if not x.startswith("_")])
+        key = None if labels is None else tuple(sorted({x for x in labels if not x.startswith("_")}))
+        if key in self._masks:
+            return self._masks[key]
+        if key is None:
+            reserved = [x for x in set(self.labels.tolist()) if str(x).startswith("_")]
+            found = ~np.isin(self.labels, reserved) if reserved else None
+        else:
+            found = np.isin(self.labels, list(key))
+        # Built once per clearance (a scan of every chunk: milliseconds at 1M) and shared by
+        # its queries, so read-only; the ANN first pass keys its per-partition plan on it.
+        if found is not None:
+            found.setflags(write=False)
+        if len(self._masks) >= 16:  # a handful of clearances in practice; bound it anyway
+            self._masks.clear()
+        self._masks[key] = found
+        return found
 
     def _visible_labels(self, labels: Iterable[str] | None) -> list[str] | None:
         """For database-side retrieval: the label filter to send (reserved labels never)."""
@@ -289,22 +355,30 @@ class Engine:
         self._doc_prior(settings)
         return self._prior[2] if self._prior else None
 
-    def _scoped_keyword(self, labels: Iterable[str] | None, allowed: np.ndarray | None):
-        """A keyword scorer fitted on the visible chunks only, or None when all are visible.
+    def _scoped_keyword(self, labels: Iterable[str] | None, allowed: np.ndarray | None) -> KeywordScorer | None:
+        """A keyword scorer with the statistics of the visible chunks only, or None when all are visible.
 
-        Fitted once per label set and engine (the server builds a new engine after
-        every write), so a caller's statistics never include a chunk they cannot read.
+        BM25 masks its postings (``BM25Scorer.masked``: N, df and avgdl of what ``allowed``
+        admits, scores equal to a fit on those chunks alone); the seed's TF-IDF is re-fitted
+        on them. Made once per label set and engine, so a caller's statistics never include
+        a chunk they cannot read.
         """
         if allowed is None or allowed.all() or not allowed.any():
             return None
         key = tuple(sorted(set(labels))) if labels is not None else ("*",)
         scorer = self._scoped.get(key)
-        if scorer is None:  # threads may race to fit: both results are the same, last one kept
+        if isinstance(scorer, BM25Scorer) and not scorer.masked_to(allowed):
+            scorer = None  # labels were changed in place since it was made (tests do): make it again
+        if scorer is None:  # threads may race to make it: both results are the same, last one kept
             if len(self._scoped) >= 16:  # a handful of clearances in practice; bound it anyway
                 self._scoped.clear()
             s = self.settings
-            texts = [self.index.chunks[i].text for i in np.flatnonzero(allowed)]
-            scorer = make_keyword(s.keyword, k1=s.k1, b=s.b).fit(texts)
+            if isinstance(self.index.keyword, BM25Scorer):
+                # The view keeps the mask: a copy unless it is read-only (Engine.mask's are).
+                scorer = self.index.keyword.masked(allowed if not allowed.flags.writeable else allowed.copy())
+            else:
+                texts = [self.index.chunks[i].text for i in np.flatnonzero(allowed)]
+                scorer = make_keyword(s.keyword, k1=s.k1, b=s.b).fit(texts)
             self._scoped[key] = scorer
         return scorer
 
@@ -500,15 +574,17 @@ def _guarded(docs: list[Document], settings: Settings) -> list[Document]:
     return out
 
 
-def _maybe_ann(vectors: np.ndarray, settings: Settings, cache: Path | None = None):
-    """An HNSW first pass when the index is large enough and faiss is installed."""
+def _maybe_ann(vectors: np.ndarray, settings: Settings, cache: Path | None = None,
+               labels: Sequence[str] | np.ndarray | None = None) -> HNSW | None:
+    """An ANN first pass when the index is large enough and faiss is installed, partitioned
+    by ``labels`` (one per chunk; None: one partition) so a clearance searches only its own."""
     if len(vectors) < settings.ann_threshold:
         return None
     if not faiss_available():
         log.warning("%d chunks but faiss is not installed: scoring every vector exactly "
                     "(pip install 'microrag-engine[ann]' for an HNSW first pass)", len(vectors))
         return None
-    return HNSW(vectors, cache=cache)
+    return HNSW(vectors, labels, cache=cache)
 
 
 def _tee(stream: Iterable[str], on_piece: Callable[[str], None] | None) -> Iterator[str]:
@@ -516,6 +592,22 @@ def _tee(stream: Iterable[str], on_piece: Callable[[str], None] | None) -> Itera
         if on_piece:
             on_piece(piece)
         yield piece
+
+
+def _changed(before: Mapping[str, DocRecord], after: Mapping[str, DocRecord]) -> set[str]:
+    """Documents added, removed or rewritten between two reads of a store's records."""
+    return {d for d in before.keys() | after.keys() if before.get(d) != after.get(d)}
+
+
+def _places(table: ChunkTable, keep: np.ndarray, new: Sequence[Chunk]) -> np.ndarray:
+    """Where each of ``new`` (in the store's order) goes among the kept rows of ``table`` so
+    that the result is in the store's order too - by document, then chunk index - as
+    ``from_store`` lays an index out: equal ties then break the same way in both."""
+    counts = np.bincount(np.asarray(table.doc_of)[keep], minlength=len(table.doc_names))
+    docs = sorted((table.doc_names[int(c)], int(counts[c])) for c in np.flatnonzero(counts))
+    names = [d for d, _ in docs]
+    ahead = np.concatenate([[0], np.cumsum([n for _, n in docs], dtype=np.int64)])  # kept rows before each document
+    return np.array([j + int(ahead[bisect.bisect_left(names, c.doc)]) for j, c in enumerate(new)], dtype=np.int64)
 
 
 def _record_row(r: DocRecord) -> list:

@@ -1,22 +1,32 @@
-"""The HNSW first pass for large indexes agrees with exact scoring and honours filters."""
+"""The ANN first pass for large indexes agrees with exact scoring and honours filters.
+
+``HNSW`` partitions the vectors by label: a clearance searches only its labels'
+partitions (small ones exactly, large ones through their own graph), and any other
+mask is split by partition. Here ``exact_max`` is lowered so that small synthetic data
+exercises both kinds of partition.
+"""
 
 from __future__ import annotations
 
+import json
 import random
 
 import numpy as np
 import pytest
 
 from microrag_engine.config import override, preset
-from microrag_engine.engine import _maybe_ann
+from microrag_engine.engine import Engine, _maybe_ann
+from microrag_engine.index import ann as ann_module
 from microrag_engine.index import build_index
-from microrag_engine.index.ann import top_n
+from microrag_engine.index.ann import HNSW, top_n
 from microrag_engine.retrieve import retrieve
 from microrag_engine.types import Chunk
 
 faiss = pytest.importorskip("faiss", reason="faiss-cpu not installed (extra 'ann')")
 
 WORDS = "alpha beta gamma delta epsilon zeta eta theta iota kappa lambda mu nu xi omicron pi rho sigma tau".split()
+SHARES = {"a": 0.02, "b": 0.08, "c": 0.40, "d": 0.45, "_quarantine": 0.05}
+EXACT_MAX = 400  # with 6,000 vectors: "a" (~120) and "_quarantine" (~300) exact, the others graphs
 
 
 @pytest.fixture(scope="module")
@@ -27,6 +37,41 @@ def big():
     return chunks, build_index(chunks, "bm25", "hash")
 
 
+@pytest.fixture(scope="module")
+def labelled():
+    """6,000 clustered unit vectors (iid ones say nothing about ANN recall) with labels drawn by SHARES."""
+    rng = np.random.default_rng(5)
+    centres = rng.standard_normal((60, 32)).astype(np.float32)
+    x = centres[rng.integers(0, 60, 6000)] + 0.5 * rng.standard_normal((6000, 32)).astype(np.float32) / np.sqrt(32)
+    x /= np.linalg.norm(x, axis=1, keepdims=True)
+    labels = rng.choice(list(SHARES), size=6000, p=list(SHARES.values())).astype(object)
+    queries = centres[rng.integers(0, 60, 60)] + 0.05 * rng.standard_normal((60, 32)).astype(np.float32)
+    queries /= np.linalg.norm(queries, axis=1, keepdims=True)
+    return x, labels, queries, HNSW(x, labels, exact_max=EXACT_MAX)
+
+
+def exact(x: np.ndarray, q: np.ndarray, k: int, allowed: np.ndarray | None = None) -> list[int]:
+    s = x @ q
+    if allowed is not None:
+        s = np.where(allowed, s, -np.inf)
+    return [int(i) for i in np.argsort(-s)[:k] if np.isfinite(s[i])]
+
+
+def clearance(labels: np.ndarray, visible: list[str]) -> np.ndarray:
+    mask = np.isin(labels, visible)
+    mask.setflags(write=False)  # as Engine.mask hands it out
+    return mask
+
+
+def recall(x, queries, h, allowed, k=10, n=100) -> float:
+    hits = 0
+    for q in queries:
+        got = h.top(q, n, allowed)
+        assert allowed is None or allowed[got].all()
+        hits += len(set(exact(x, q, k, allowed)) & set(got[:k].tolist()))
+    return hits / (k * len(queries))
+
+
 def test_top_n():
     s = np.array([0.0, 3.0, 1.0, 2.0, 0.0])
     assert sorted(top_n(s, 2)) == [1, 3]
@@ -34,49 +79,155 @@ def test_top_n():
     assert sorted(top_n(s, 2, np.array([1, 0, 1, 1, 1], bool))) == [2, 3]
 
 
-def test_ann_first_pass_matches_exact_ranking(big):
+def test_partitions_are_exact_when_small_and_graphs_when_large(labelled):
+    x, labels, _, h = labelled
+    kinds = {p.label: p.graph is not None for p in h.parts}
+    assert kinds == {"a": False, "_quarantine": False, "b": True, "c": True, "d": True}
+    assert sum(p.ids.size for p in h.parts) == len(x)
+    for p in h.parts:
+        assert (labels[p.ids] == p.label).all() and (np.diff(p.ids) > 0).all()
+
+
+@pytest.mark.parametrize("visible", [["a"], ["a", "b"], ["a", "b", "c"], ["a", "b", "c", "d"], None])
+def test_a_clearance_finds_what_exact_filtered_search_finds(labelled, visible):
+    x, labels, queries, h = labelled
+    allowed = None if visible is None else clearance(labels, visible)
+    assert recall(x, queries, h, allowed) >= 0.99
+    got = h.top(queries[0], 100, allowed)
+    s = x[got] @ queries[0]
+    assert (np.diff(s) <= 1e-6).all()  # best first, as the exact merge promises
+
+
+def test_only_the_visible_labels_partitions_are_searched(labelled, monkeypatch):
+    x, labels, _, h = labelled
+    searched: list[str] = []
+    real = h._search
+    monkeypatch.setattr(h, "_search", lambda part, *a: searched.append(part.label) or real(part, *a))
+    hidden = int(np.flatnonzero(labels == "d")[0])
+    allowed = clearance(labels, ["a", "b"])
+    got = h.top(x[hidden], 100, allowed)  # the query is a hidden chunk itself: its own nearest
+    assert sorted(searched) == ["a", "b"] and hidden not in got and allowed[got].all()
+    assert h.top(x[hidden], 1, clearance(labels, ["d"]))[0] == hidden  # visible, it is found first
+
+
+def test_document_filters_not_aligned_with_labels_stay_correct(labelled):
+    x, labels, queries, h = labelled
+    rng = np.random.default_rng(9)
+    clear = np.isin(labels, ["a", "b", "c"])
+    for share in (0.01, 0.08, 0.5, 0.9):  # gathered exactly / through a selector with a widened beam
+        allowed = clear & (rng.random(len(x)) < share)
+        assert recall(x, queries, h, allowed) >= 0.99
+    allowed = np.zeros(len(x), bool)
+    assert h.top(queries[0], 10, allowed).size == 0
+
+
+def test_a_writable_mask_is_never_taken_from_the_plan_cache(labelled):
+    x, labels, queries, h = labelled
+    allowed = np.isin(labels, ["c"])
+    first = h.top(queries[0], 10, allowed)
+    allowed[first] = False  # the same array object, different contents
+    again = h.top(queries[0], 10, allowed)
+    assert not set(first.tolist()) & set(again.tolist()) and allowed[again].all()
+
+
+def test_a_cached_graph_reopens_and_searches_alike(tmp_path, labelled, monkeypatch):
+    x, labels, queries, _ = labelled
+    cache = tmp_path / "index.hnsw-1.faiss"
+    built = HNSW(x, labels, cache=cache, exact_max=EXACT_MAX)
+    assert json.loads((cache / "manifest.json").read_text())["labels"] == sorted(SHARES)
+    monkeypatch.setattr(ann_module, "_build", lambda *a: pytest.fail("rebuilt a valid cache"))
+    reopened = HNSW(x, labels, cache=cache, exact_max=EXACT_MAX)
+    allowed = clearance(labels, ["b", "d"])
+    for q in queries[:20]:
+        assert list(reopened.top(q, 10)) == list(built.top(q, 10))
+        assert list(reopened.top(q, 10, allowed)) == list(built.top(q, 10, allowed))
+
+
+def test_a_stale_or_damaged_cache_is_rebuilt_never_trusted(tmp_path, labelled, monkeypatch):
+    x, labels, queries, _ = labelled
+    cache = tmp_path / "index.hnsw-1.faiss"
+    HNSW(x, labels, cache=cache, exact_max=EXACT_MAX)
+    builds: list[int] = []
+    real = ann_module._build
+    monkeypatch.setattr(ann_module, "_build", lambda v, *a: builds.append(len(v)) or real(v, *a))
+
+    moved = labels.copy()  # same vectors and generation, another label layout (a document relabelled)
+    d_rows = np.flatnonzero(labels == "d")
+    moved[d_rows[:200]] = "a"
+    h = HNSW(x, moved, cache=cache, exact_max=EXACT_MAX)
+    assert builds  # the old graphs were not loaded
+    victim = int(d_rows[0])
+    assert h.top(x[victim], 1, clearance(moved, ["a"]))[0] == victim  # searched under its new label
+    assert victim not in h.top(x[victim], 100, clearance(moved, ["d"]))
+
+    builds.clear()
+    other = x[::-1].copy()  # other vectors under the same name
+    h = HNSW(other, moved, cache=cache, exact_max=EXACT_MAX)
+    assert builds and h.top(other[7], 1)[0] == 7
+
+    builds.clear()
+    graph = next(cache.glob("part-*.faiss"))
+    graph.write_bytes(graph.read_bytes()[:1000])  # truncated
+    assert HNSW(other, moved, cache=cache, exact_max=EXACT_MAX).top(other[7], 1)[0] == 7 and builds
+
+    builds.clear()
+    HNSW(other, moved, cache=cache, exact_max=EXACT_MAX)
+    assert not builds  # the rebuilt folder is good
+
+    legacy = tmp_path / "index.hnsw-2.faiss"  # an older release's single-file cache at the same name
+    legacy.write_bytes(b"not a folder")
+    HNSW(other, moved, cache=legacy, exact_max=EXACT_MAX)
+    assert builds and (legacy / "manifest.json").exists()
+    assert not [p for p in tmp_path.iterdir() if ".tmp-" in p.name or ".old-" in p.name]
+
+
+def test_ann_first_pass_matches_exact_ranking(big, monkeypatch):
+    monkeypatch.setattr(HNSW, "exact_max", 500)  # 3,000 chunks in one partition: a graph
     chunks, index = big
     settings = override(preset("default"), keyword="bm25", embedder="hash", ann_threshold=1000, first_pass=200,
                         gate="none")
     ann_index = build_index(chunks, "bm25", "hash")
     ann_index.ann = _maybe_ann(ann_index.vectors, settings)
-    assert ann_index.ann is not None
+    assert ann_index.ann is not None and ann_index.ann.parts[0].graph is not None
     rng = random.Random(3)
     agree = 0
     for _ in range(30):
         q = " ".join(rng.choices(WORDS, k=3))
-        exact = [h.chunk.id for h in retrieve(index, q, settings).hits]
+        exact_ids = [h.chunk.id for h in retrieve(index, q, settings).hits]
         approx = [h.chunk.id for h in retrieve(ann_index, q, settings).hits]
-        agree += exact[0] == approx[0]
+        agree += exact_ids[0] == approx[0]
     # min-max over a candidate subset can reorder near-ties, but the winner should hold.
     assert agree >= 27
 
 
-def test_ann_honours_the_label_filter(big):
+def test_ann_honours_the_label_filter(big, monkeypatch):
+    monkeypatch.setattr(HNSW, "exact_max", 500)
     chunks, _ = big
     settings = override(preset("default"), keyword="bm25", embedder="hash", ann_threshold=1000, gate="none", top_k=8)
     index = build_index(chunks, "bm25", "hash")
     index.ann = _maybe_ann(index.vectors, settings)
-    allowed = np.array([int(c.doc[1:].split(".")[0]) % 10 == 0 for c in chunks])  # 10% visible
+    allowed = np.array([int(c.doc[1:].split(".")[0]) % 10 == 0 for c in chunks])  # 10% visible, across the graph
     r = retrieve(index, "alpha beta gamma", settings, allowed=allowed)
     assert len(r.hits) == 8
     assert all(int(h.chunk.doc[1:].split(".")[0]) % 10 == 0 for h in r.hits)
 
 
-def test_small_indexes_stay_exact():
-    assert _maybe_ann(np.zeros((10, 4), np.float32), preset("default")) is None
-
-
-def test_a_saved_graph_reopens_memory_mapped_and_searches_alike(tmp_path):
-    from microrag_engine.index.ann import HNSW
-
-    rng = np.random.default_rng(3)
-    vectors = rng.standard_normal((2000, 32)).astype(np.float32)
-    vectors /= np.linalg.norm(vectors, axis=1, keepdims=True)
-    built = HNSW(vectors, cache=tmp_path / "hnsw-1.faiss")
-    reopened = HNSW(vectors, cache=tmp_path / "hnsw-1.faiss")
-    assert reopened.index.ntotal == 2000
-    allowed = np.arange(2000) % 3 != 0
-    for q in vectors[:20]:
-        assert list(reopened.top(q, 10)) == list(built.top(q, 10))
-        assert list(reopened.top(q, 10, allowed)) == list(built.top(q, 10, allowed))
+def test_an_engine_searches_each_clearance_in_its_own_partitions(big, monkeypatch):
+    monkeypatch.setattr(HNSW, "exact_max", 300)
+    chunks, _ = big
+    settings = override(preset("default"), keyword="bm25", embedder="hash", ann_threshold=1000, gate="none", top_k=8)
+    index = build_index(chunks, "bm25", "hash")
+    labels = ["_quarantine" if i % 10 == 0 else ("internal" if i % 3 == 0 else "public") for i in range(len(chunks))]
+    index.ann = _maybe_ann(index.vectors, settings, labels=labels)
+    engine = Engine(settings, index, labels=labels)
+    assert engine.mask(["public"]) is engine.mask(["public", "_quarantine"])  # one cached mask per clearance
+    assert not engine.mask(None).flags.writeable
+    searched: list[str] = []
+    real = index.ann._search
+    monkeypatch.setattr(index.ann, "_search", lambda part, *a: searched.append(part.label) or real(part, *a))
+    label_of = {c.id: label for c, label in zip(chunks, labels)}
+    for visible, seen in ((None, {"internal", "public"}), (["public"], {"public"})):
+        searched.clear()
+        hits = engine.retrieve("alpha beta gamma", labels=visible).hits
+        assert len(hits) == 8 and {label_of[h.chunk.id] for h in hits} <= seen
+        assert set(searched) == seen  # the quarantine partition is never visited

@@ -1,4 +1,5 @@
-"""The BM25 leg scores from its own matrix exactly as bm25s scores, on public text."""
+"""The BM25 leg scores from its postings exactly as bm25s scores, on public text - whole, masked
+to a clearance, and after chunks are added and removed without a re-fit."""
 
 from __future__ import annotations
 
@@ -28,7 +29,7 @@ def fitted():
     ref = bm25s.BM25(k1=0.9, b=0.4, method="lucene")
     ref.index([bm25_tokens(t) or ["\x00empty"] for t in texts], show_progress=False)
     words = sorted({w for t in texts[:200] for w in t.split()})
-    return ours, ref, words
+    return ours, ref, words, texts
 
 
 def _reference(ref, query: str, n: int) -> np.ndarray:
@@ -39,7 +40,7 @@ def _reference(ref, query: str, n: int) -> np.ndarray:
 @settings(max_examples=80, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture])
 @given(data=st.data())
 def test_scores_equal_bm25s_for_queries_of_corpus_words_and_noise(fitted, data):
-    ours, ref, words = fitted
+    ours, ref, words, _ = fitted
     picked = data.draw(st.lists(st.sampled_from(words), max_size=8))  # repeats and stop words included
     noise = data.draw(st.text(max_size=20))
     query = " ".join([*picked, noise])
@@ -47,9 +48,81 @@ def test_scores_equal_bm25s_for_queries_of_corpus_words_and_noise(fitted, data):
 
 
 def test_a_restored_matrix_scores_and_bounds_alike(fitted):
-    ours, ref, words = fitted
+    ours, ref, words, _ = fitted
     arrays, terms = ours.state()
-    restored = BM25Scorer(0.9, 0.4).restore(arrays, lambda: terms, ours.n)
+    restored = BM25Scorer(0.9, 0.4).restore(arrays, lambda: terms)
     for q in ["vitamin D deficiency", "protein protein folding", "zzzz unknown", ""]:
         assert np.array_equal(restored.scores(q), _reference(ref, q, ours.n))
         assert restored.ceiling(q) == ours.ceiling(q)
+
+
+def _fit_reference(texts: list[str]):
+    ref = bm25s.BM25(k1=0.9, b=0.4, method="lucene")
+    ref.index([bm25_tokens(t) or ["\x00empty"] for t in texts], show_progress=False)
+    return ref
+
+
+def test_a_masked_view_scores_as_a_fit_on_the_visible_chunks_alone(fitted):
+    """A clearance's statistics (N, df, avgdl) are those of what it may read: the view must
+    equal bm25s fitted on just the visible texts - scores, bounds and term weights."""
+    ours, _, words, texts = fitted
+    visible = np.random.default_rng(7).random(len(texts)) < 0.3
+    view = ours.masked(visible)
+    ref = _fit_reference([t for t, v in zip(texts, visible) if v])
+    alone = BM25Scorer(0.9, 0.4).fit([t for t, v in zip(texts, visible) if v])
+    for q in ["vitamin D deficiency", "protein protein folding", "zzzz unknown", "", " ".join(words[:40])]:
+        assert np.array_equal(view.scores(q), _reference(ref, q, int(visible.sum())))
+        assert view.ceiling(q) == alone.ceiling(q)
+        assert [view.weight(t) for t in bm25_tokens(q)] == [alone.weight(t) for t in bm25_tokens(q)]
+
+
+def test_added_and_removed_chunks_score_as_a_fit_from_scratch(fitted):
+    """Removing chunks and adding others (appended, or placed among the kept ones) equals a
+    fit on the resulting texts, and the scorer that was updated is left as it was."""
+    ours, _, words, texts = fitted
+    rng = np.random.default_rng(3)
+    keep = rng.random(len(texts)) < 0.8
+    new = texts[:40] + ["", "E-4012 build-01 vitamin"]
+    before = ours.scores("vitamin D deficiency")
+    queries = ["vitamin D deficiency", "E-4012", "protein protein folding", " ".join(words[100:130])]
+    kept = [t for t, k in zip(texts, keep) if k]
+    appended = ours.updated(keep, new)
+    ref = _fit_reference(kept + new)
+    for q in queries:
+        assert np.array_equal(appended.scores(q), _reference(ref, q, len(kept) + len(new)))
+    at = np.sort(rng.choice(len(kept) + len(new), size=len(new), replace=False))
+    placed = ours.updated(keep, new, at=at)
+    rest, fresh, slots = iter(kept), iter(new), set(at.tolist())
+    scratch = BM25Scorer(0.9, 0.4).fit([next(fresh) if i in slots else next(rest) for i in range(len(kept) + len(new))])
+    for q in queries:
+        assert np.array_equal(placed.scores(q), scratch.scores(q))
+        assert placed.ceiling(q) == scratch.ceiling(q)
+    assert np.array_equal(ours.scores("vitamin D deficiency"), before)
+
+
+WORDS = ["alpha", "beta", "gamma", "delta", "vpn", "port", "51820", "e-4012", "the", "refund"]
+
+
+@settings(max_examples=60, deadline=None)
+@given(texts=st.lists(st.lists(st.sampled_from(WORDS), max_size=12).map(" ".join), min_size=1, max_size=25),
+       data=st.data())
+def test_any_sequence_of_writes_equals_a_fit_on_what_is_left(texts, data):
+    """Drawn corpora and writes (removals, additions, both, repeatedly): the updated scorer and
+    every masked view of it score exactly as fits from scratch on the same texts."""
+    scorer, current = BM25Scorer(0.9, 0.4).fit(texts), list(texts)
+    for _ in range(data.draw(st.integers(1, 3))):
+        keep = np.array(data.draw(st.lists(st.booleans(), min_size=len(current), max_size=len(current))), dtype=bool)
+        new = data.draw(st.lists(st.lists(st.sampled_from(WORDS), max_size=12).map(" ".join), max_size=5))
+        scorer, current = scorer.updated(keep, new), [t for t, k in zip(current, keep) if k] + new
+    if not current:
+        assert scorer.n == 0 and scorer.scores("alpha").size == 0
+        return
+    scratch = BM25Scorer(0.9, 0.4).fit(current)
+    visible = np.array(data.draw(st.lists(st.booleans(), min_size=len(current), max_size=len(current))), dtype=bool)
+    query = " ".join(data.draw(st.lists(st.sampled_from(WORDS + ["unseen"]), max_size=6)))
+    assert np.array_equal(scorer.scores(query), scratch.scores(query))
+    assert scorer.ceiling(query) == scratch.ceiling(query)
+    if visible.any():
+        alone = BM25Scorer(0.9, 0.4).fit([t for t, v in zip(current, visible) if v])
+        assert np.array_equal(scorer.masked(visible).scores(query), alone.scores(query))
+        assert scorer.masked(visible).ceiling(query) == alone.ceiling(query)

@@ -14,7 +14,7 @@ from hypothesis import strategies as st
 
 from microrag_engine.config import preset
 from microrag_engine.engine import Engine
-from microrag_engine.index.saved import ChunkTable, open_saved, save
+from microrag_engine.index.saved import ChunkTable, interleave, open_saved, save
 from microrag_engine.ingest import ingest_paths
 from microrag_engine.store.sqlite import SQLiteStore
 from microrag_engine.types import Chunk
@@ -91,7 +91,7 @@ def test_saved_files_built_with_other_settings_or_damaged_are_rebuilt_not_truste
     assert manifest["k1"] == 1.5  # it was rebuilt with the new k1
     reference = ranked(Engine.from_store(SQLiteStore(tmp_path / "ix"), other))
     assert reference == expected
-    (folder / "bm25_data.npy").write_bytes(b"garbage")  # damaged: rebuilt from the store
+    (folder / "bm25_tf.npy").write_bytes(b"garbage")  # damaged: rebuilt from the store
     assert ranked(Engine.from_store(store, other)) == expected
     store.close()
 
@@ -185,7 +185,7 @@ def test_a_truncated_file_in_the_saved_folder_means_a_rebuild_not_a_crash(tmp_pa
     ingest_paths(store, [corpus(tmp_path / "docs")], settings)
     expected = ranked(Engine.from_store(store, settings))
     folder = tmp_path / "ix" / f"index.derived-{store.generation()}"
-    for name in ("label_of.npy", "vectors.npy", "docs.json"):
+    for name in ("label_of.npy", "vectors.npy", "docs.json", "bm25_indices.npy", "bm25_dl.npy", "bm25_indptr.npy"):
         (folder / name).write_bytes(b"")  # what a power cut can leave
         assert ranked(Engine.from_store(store, settings)) == expected
     store.close()
@@ -269,5 +269,105 @@ def test_any_ids_and_texts_round_trip_through_the_saved_columns(tmp_path, rows):
     assert saved is not None
     assert list(saved.chunks) == chunks and list(saved.labels) == labels
     for doc in seen:
-        assert [c.text for c in (saved.chunks[int(i)] for i in np.flatnonzero(saved.chunks.docs() == doc))] == \
+        # Compared in Python: numpy turns a str scalar into its own str type, which drops trailing NULs ("\x00" == "").
+        assert [saved.chunks[i].text for i, d in enumerate(saved.chunks.docs()) if d == doc] == \
             [c.text for c in chunks if c.doc == doc]
+
+
+def test_a_folder_of_an_older_format_is_rebuilt_never_misread(tmp_path):
+    """Format 2 saved BM25 weights, format 3 raw postings: an old folder must not be opened
+    as postings (its arrays would be read as the wrong thing), whatever its files hold."""
+    settings = preset("default")
+    store = SQLiteStore(tmp_path / "ix")
+    ingest_paths(store, [corpus(tmp_path / "docs")], settings)
+    expected = ranked(Engine.from_store(store, settings))
+    folder = tmp_path / "ix" / f"index.derived-{store.generation()}"
+    manifest = json.loads((folder / "manifest.json").read_text())
+    assert manifest["format"] == 3
+    (folder / "manifest.json").write_text(json.dumps({**manifest, "format": 2}))
+    expect = {k: manifest[k] for k in ("store", "generation", "keyword", "k1", "b", "tokens", "embedder", "dim")}
+    assert open_saved(folder, expect) is None
+    assert ranked(Engine.from_store(store, settings)) == expected
+    assert json.loads((folder / "manifest.json").read_text())["format"] == 3  # rebuilt in the new format
+    store.close()
+
+
+def test_an_engine_opened_from_saved_files_updates_as_one_derived_afresh(tmp_path):
+    """The server's path after a write: the engine it opened from the saved (memory-mapped)
+    files takes in the changed documents; it ranks as an engine derived from the store, and
+    its texts - some on disk, some new - read back right after several writes."""
+    settings = preset("default")
+    store = SQLiteStore(tmp_path / "ix")
+    docs = corpus(tmp_path / "docs")
+    ingest_paths(store, [docs], settings)
+    Engine.from_store(store, settings)
+    engine = Engine.from_store(store, settings)
+    assert engine.index.chunks._chunks is None  # the saved columns
+    (docs / "zebra.md").write_text("# Zebras\n\nZebras are seen at the office on Fridays.\n")
+    ingest_paths(store, [docs], settings)
+    engine = engine.updated(store)
+    corpus(docs, extra="Zebras also visit on Mondays.\n")
+    (docs / "refunds.md").unlink()
+    ingest_paths(store, [docs], settings, prune=True)
+    engine = engine.updated(store)
+    fresh = Engine.from_store(store, settings, save_derived=False)
+    assert list(engine.index.chunks) == list(fresh.index.chunks) and list(engine.labels) == list(fresh.labels)
+    assert engine.generation == fresh.generation and dict(engine.records) == dict(fresh.records)
+    assert ranked(engine) == ranked(fresh) and ranked(engine, labels=["public"]) == ranked(fresh, labels=["public"])
+    assert not any(c.doc.endswith("refunds.md") for c in engine.index.chunks)
+    store.close()
+
+
+@hsettings(max_examples=40, deadline=None)
+@given(st.data())
+def test_updated_chunk_tables_hold_what_a_table_of_the_result_holds(data):
+    """Any removals and insertions, repeated, on a list-backed or a saved-style table."""
+    import tempfile
+
+    def chunk(doc: str, k: int) -> Chunk:
+        return Chunk(f"{doc}#{k}", doc, k, k, k + 1, f"text of {doc} {k}", k % 2)
+
+    rows = [chunk(f"d{i // 2}", i % 2) for i in range(data.draw(st.integers(0, 8)))]
+    table = ChunkTable.from_chunks(rows)
+    with tempfile.TemporaryDirectory() as tmp:
+        if data.draw(st.booleans()):  # saved columns: texts read from disk, then stitched
+            save(Path(tmp) / "d", {"generation": 1}, table, np.zeros((len(rows), 2), np.float32), ["public"] * len(rows), None)
+            opened = open_saved(Path(tmp) / "d", {"generation": 1})
+            assert opened is not None
+            table = opened.chunks
+        for w in range(data.draw(st.integers(1, 3))):
+            keep = np.array(data.draw(st.lists(st.booleans(), min_size=len(rows), max_size=len(rows))), dtype=bool)
+            kept = [c for c, k in zip(rows, keep) if k]
+            new = [chunk(f"w{w}-{j}", 0) for j in range(data.draw(st.integers(0, 3)))]
+            at = np.sort(np.array(data.draw(st.permutations(range(len(kept) + len(new))))[:len(new)], dtype=np.int64))
+            slots, rest, fresh = set(at.tolist()), iter(kept), iter(new)
+            rows = [next(fresh) if i in slots else next(rest) for i in range(len(kept) + len(new))]
+            table = table.updated(keep, new, at)
+            assert list(table) == rows and [table.doc(i) for i in range(len(rows))] == [c.doc for c in rows]
+            assert table.texts() == [c.text for c in rows]
+            assert table.texts_by_doc(["d0", "w0-0"]) == ChunkTable.from_chunks(rows).texts_by_doc(["d0", "w0-0"])
+
+
+@hsettings(max_examples=100, deadline=None)
+@given(st.lists(st.booleans(), max_size=40), st.data())
+def test_interleave_keeps_rows_in_order_and_places_new_ones(keep, data):
+    rows = np.arange(len(keep) * 2).reshape(-1, 2)
+    kept = rows[np.array(keep, dtype=bool)] if keep else rows
+    n_new = data.draw(st.integers(0, 5))
+    new = -np.arange(1, n_new * 2 + 1).reshape(-1, 2)
+    at = np.sort(np.array(data.draw(st.permutations(range(len(kept) + n_new)))[:n_new], dtype=np.int64))
+    expected, rest, fresh = [], iter(kept.tolist()), iter(new.tolist())
+    for i in range(len(kept) + n_new):
+        expected.append(next(fresh) if i in set(at.tolist()) else next(rest))
+    mask = np.array(keep, dtype=bool) if keep else None
+    assert interleave(rows, mask, new, at).tolist() == expected
+    assert interleave(rows, mask, new, None).tolist() == kept.tolist() + new.tolist()
+
+
+def test_interleave_after_scattered_removals_gathers_alike():
+    rows = np.arange(30_000)
+    keep = rows % 3 != 0  # 10,000 gaps: the gather path
+    at = np.array([0, 5, 19_999], dtype=np.int64)
+    out = interleave(rows, keep, np.array([-1, -2, -3]), at)
+    assert out[[0, 5, 19_999]].tolist() == [-1, -2, -3]
+    assert np.array_equal(np.delete(out, at), rows[keep])

@@ -2,8 +2,10 @@
 
   * ``tfidf`` - the seed: tokens ``[a-zA-Z][a-zA-Z']+`` lower-cased,
     ``idf = ln((N+1)/(df+1)) + 1``, score = cosine of tf-idf vectors;
-  * ``bm25``  - production: bm25s (Lucene variant) over stemmed, stop-worded tokens
-    that keep digits, so ``E-4012`` and ``build-01`` stay findable.
+  * ``bm25``  - production: BM25 (Lucene variant, scored as bm25s scores) over stemmed,
+    stop-worded tokens that keep digits, so ``E-4012`` and ``build-01`` stay findable;
+    kept as postings, so it grows and shrinks without a re-fit (``updated``) and gives
+    a clearance its own statistics by masking (``masked``).
 Both satisfy ``KeywordScorer``: ``fit``, ``scores``, ``ceiling`` (the best score a
 query could reach, which the grounding gate reads as coverage).
 """
@@ -11,14 +13,16 @@ query could reach, which the grounding gate reads as coverage).
 from __future__ import annotations
 
 import math
+from array import array
 from collections import Counter
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Iterable, Mapping, Sequence
 from typing import Protocol
 
 import numpy as np
 
 from ..errors import ConfigError
 from ..text import bm25_tokens, seed_tokens
+from .saved import interleave
 
 
 class KeywordScorer(Protocol):
@@ -94,59 +98,149 @@ def lucene_idf(df: int, n: int) -> float:
 
 
 class BM25Scorer:
-    """BM25 (Lucene variant) over :func:`bm25_tokens`: bm25s builds the term-by-chunk
-    weight matrix; scoring reads it directly (the same sum bm25s computes), so a matrix
-    saved beside an index scores queries without importing bm25s or scipy."""
+    """BM25 (Lucene variant, as bm25s computes it) over :func:`bm25_tokens`, from postings.
+
+    The index stores what does not depend on the rest of the corpus: per term the chunks
+    holding it and how often (``indptr``/``indices``/``tf``, term-major), and each chunk's
+    length ``dl``. IDF and the length norm are applied per query from the current
+    statistics (N, df, avgdl), so adding or removing chunks (``updated``) rewrites no
+    weight, and a clearance's statistics (``masked``) are a mask, not a re-fit. Scores
+    equal bm25s' (``method="lucene"``) bit for bit: the same float64 formula, rounded to
+    float32 per term and summed in float32, as its eager matrix does.
+    """
 
     name = "bm25"
 
     def __init__(self, k1: float = 0.9, b: float = 0.4) -> None:
         self.k1, self.b = k1, b
-        self.n = 0
+        # Term-major postings: term i's chunks are indices[indptr[i]:indptr[i + 1]], tf times each.
+        self.indptr: np.ndarray = np.zeros(1, dtype=np.int64)
+        self.indices: np.ndarray = np.zeros(0, dtype=np.int32)
+        self.tf: np.ndarray = np.zeros(0, dtype=np.int32)
+        self.dl: np.ndarray = np.zeros(0, dtype=np.int32)  # tokens per chunk
+        self.n = 0  # chunks the statistics count: all, or a masked view's visible ones
+        self.visible: np.ndarray | None = None  # a masked view's chunks (bool per chunk)
+        self._avgdl: float | None = None  # mean dl over the counted chunks, made on first use
         self._vocab: dict[str, int] | None = {}
-        self._vocab_source: Callable[[], list[str]] | None = None
+        self._vocab_source: Callable[[], dict[str, int]] | None = None
+        self._df: dict[int, int] = {}  # a masked view's df per term id, counted on first use
+        self._norm: np.ndarray | None = None  # k1 * (1 - b + b * dl / avgdl) per chunk, made on first use
 
     def fit(self, texts: Sequence[str]) -> BM25Scorer:
-        import bm25s
+        return BM25Scorer(self.k1, self.b).updated(None, texts)
 
-        model = bm25s.BM25(k1=self.k1, b=self.b, method="lucene")
-        corpus = [bm25_tokens(t) or ["\x00empty"] for t in texts]  # bm25s rejects empty docs
-        model.index(corpus, show_progress=False)
-        df = Counter(t for doc in corpus for t in set(doc))
-        vocab = dict(model.vocab_dict)
-        terms = [""] * len(vocab)
-        for term, i in vocab.items():
-            terms[i] = term
-        arrays = {"data": np.asarray(model.scores["data"]), "indices": np.asarray(model.scores["indices"]),
-                  "indptr": np.asarray(model.scores["indptr"]), "df": np.array([df.get(t, 0) for t in terms], dtype=np.int64)}
-        return self.restore(arrays, lambda: terms, len(texts))
+    def updated(self, keep: np.ndarray | None, texts: Iterable[str] = (), tokens: Iterable[list[str]] | None = None,
+                at: np.ndarray | None = None) -> BM25Scorer:
+        """A new scorer over this one's chunks where ``keep`` is true (all when ``None``), in
+        order, with ``texts`` (or their ``tokens``) at positions ``at`` of the result (ascending;
+        ``None``: after them): what ``fit`` on the texts in that order gives, for the price of
+        tokenising ``texts`` and one vectorised pass over the postings. ``self`` is left as it
+        was: queries running on it are not disturbed."""
+        if self.visible is not None:
+            raise ValueError("a masked view cannot be updated; update the scorer it masks")
+        if keep is not None and len(keep) != len(self.dl):
+            raise ValueError(f"keep has {len(keep)} entries for {len(self.dl)} chunks")
+        vocab = dict(self.vocab)  # copied: the new terms are not this scorer's
+        terms, docs, tfs, dl_new = _postings(tokens if tokens is not None else map(bm25_tokens, texts), vocab)
+        indptr, indices, tf = self.indptr, self.indices, self.tf
+        kept = np.arange(len(self.dl)) if keep is None else np.flatnonzero(keep)
+        if len(kept) < len(self.dl):
+            alive = np.asarray(keep)[indices]
+            # A term's new bounds: its old ones less the removed postings before them (few: a search, not a sum).
+            indptr = indptr - np.searchsorted(np.flatnonzero(~alive), indptr)
+            indices, tf = indices[alive], tf[alive]
+        dl = interleave(self.dl, keep, dl_new, at)
+        fresh = np.arange(len(kept), len(dl)) if at is None else np.asarray(at, dtype=np.int64)  # new chunks' ids
+        if at is not None or len(kept) < len(self.dl):  # kept chunks move: renumber their postings
+            old_row = np.ones(len(dl), dtype=bool)
+            old_row[fresh] = False
+            renumber = np.zeros(len(self.dl), dtype=np.int32)
+            renumber[kept] = np.flatnonzero(old_row)
+            indices = renumber[indices]
+        # A new posting goes at the end of its term's block (new terms' blocks after all others):
+        # one pass that copies the rest (order within a term does not matter to a sum).
+        order = np.argsort(terms, kind="stable")
+        ends = np.full(len(vocab), indptr[-1], dtype=np.int64)
+        ends[:len(indptr) - 1] = indptr[1:]
+        where = ends[terms[order]]
+        counts = np.zeros(len(vocab), dtype=np.int64)
+        counts[:len(indptr) - 1] = np.diff(indptr)
+        new_indptr = np.zeros(len(vocab) + 1, dtype=np.int64)
+        np.cumsum(counts + np.bincount(terms, minlength=len(vocab)), out=new_indptr[1:])
+        arrays: dict[str, np.ndarray] = {
+            "indptr": new_indptr, "indices": np.insert(np.asarray(indices, dtype=np.int32), where, fresh[docs[order]]),
+            "tf": np.insert(np.asarray(tf, dtype=np.int32), where, tfs[order]), "dl": dl}
+        return self._new(arrays, lambda: vocab)
 
-    def restore(self, arrays: dict[str, np.ndarray], terms: Callable[[], list[str]], n: int) -> BM25Scorer:
-        """Score with a saved matrix (``state()``); ``terms`` (the vocabulary, by term id) is
+    def _new(self, arrays: Mapping[str, np.ndarray], vocab: Callable[[], dict[str, int]]) -> BM25Scorer:
+        out = BM25Scorer(self.k1, self.b)
+        out.indptr, out.indices, out.tf, out.dl = arrays["indptr"], arrays["indices"], arrays["tf"], arrays["dl"]
+        out.n = len(out.dl)
+        out._vocab, out._vocab_source = None, vocab
+        return out
+
+    def restore(self, arrays: Mapping[str, np.ndarray], terms: Callable[[], list[str]]) -> BM25Scorer:
+        """Score with saved postings (``state()``); ``terms`` (the vocabulary, by term id) is
         read on the first query, so opening an index does not wait for it."""
-        self.data, self.indices, self.indptr, self.df = arrays["data"], arrays["indices"], arrays["indptr"], arrays["df"]
-        self.n, self._vocab, self._vocab_source = n, None, terms
-        return self
+        return self._new(arrays, lambda: {t: i for i, t in enumerate(terms())})
 
     def state(self) -> tuple[dict[str, np.ndarray], list[str]]:
         """(arrays, vocabulary by term id): what ``restore`` needs."""
-        vocab = self.vocab
-        terms = [""] * len(vocab)
-        for term, i in vocab.items():
+        if self.visible is not None:
+            raise ValueError("a masked view has no state of its own")
+        terms = [""] * len(self.vocab)
+        for term, i in self.vocab.items():
             terms[i] = term
-        return {"data": self.data, "indices": self.indices, "indptr": self.indptr, "df": self.df}, terms
+        return {"indptr": self.indptr, "indices": self.indices, "tf": self.tf, "dl": self.dl}, terms
+
+    def masked(self, visible: np.ndarray) -> BM25Scorer:
+        """This index with the statistics of the ``visible`` chunks only (N, df, avgdl): what
+        a fit on just their texts gives, without one. ``scores`` then returns the visible
+        chunks' scores, in order (as a scorer fitted on them would)."""
+        if self.visible is not None:
+            raise ValueError("mask the scorer itself, not a masked view")
+        view = BM25Scorer(self.k1, self.b)
+        view.indptr, view.indices, view.tf, view.dl = self.indptr, self.indices, self.tf, self.dl
+        view.visible = np.asarray(visible, dtype=bool)
+        view.n = int(view.visible.sum())
+        view._vocab, view._vocab_source = None, lambda: self.vocab  # shared, never copied
+        return view
+
+    def masked_to(self, visible: np.ndarray) -> bool:
+        """Whether this is a view with the statistics of exactly ``visible``."""
+        return self.visible is not None and (self.visible is visible or np.array_equal(self.visible, visible))
 
     @property
     def vocab(self) -> dict[str, int]:
         if self._vocab is None:
             assert self._vocab_source is not None
-            self._vocab = {t: i for i, t in enumerate(self._vocab_source())}
+            self._vocab = self._vocab_source()
         return self._vocab
+
+    def _doc_freq(self, i: int) -> int:
+        lo, hi = int(self.indptr[i]), int(self.indptr[i + 1])
+        if self.visible is None:
+            return hi - lo
+        df = self._df.get(i)
+        if df is None:  # threads may both count: the same number
+            if len(self._df) >= 100_000:  # query terms of one engine's lifetime; bounded anyway
+                self._df.clear()
+            df = self._df[i] = int(np.count_nonzero(self.visible[self.indices[lo:hi]]))
+        return df
+
+    def _norms(self) -> np.ndarray:
+        """``k1 * (1 - b + b * dl / avgdl)`` per chunk, evaluated as bm25s does (float64, in
+        that order); made on the first query, so opening an index reads no postings."""
+        if self._norm is None:  # threads may both make it: the same array
+            if self._avgdl is None:  # sums of integers: exact in float64, as bm25s' mean is
+                self._avgdl = float(self.dl.mean() if self.visible is None else self.dl[self.visible].mean())
+            self._norm = self.k1 * ((1 - self.b) + self.b * self.dl.astype(np.float64) / self._avgdl)
+        return self._norm
 
     def idf(self, term: str) -> float:
         """Lucene IDF, ``ln(1 + (N - df + 0.5) / (df + 0.5))``; unseen terms get the highest."""
         i = self.vocab.get(term)
-        return lucene_idf(int(self.df[i]) if i is not None else 0, self.n)
+        return lucene_idf(self._doc_freq(i) if i is not None else 0, self.n)
 
     def weight(self, term: str) -> float:
         return self.idf(term)
@@ -162,18 +256,43 @@ class BM25Scorer:
         return raw_best / ceiling if ceiling > 0 else 0.0
 
     def scores(self, query: str) -> np.ndarray:
-        """Each chunk's score: the sum of its weights for the query's terms (a repeated
-        term counts each time), accumulated in the matrix's own precision as bm25s does."""
+        """Each chunk's score (a masked view: each visible chunk's): the sum over the query's
+        terms (a repeated term counts each time) of ``idf * tf / (tf + k1 * (1 - b + b * dl / avgdl))``,
+        each term's weight rounded to float32 and summed in float32, in query order, as bm25s does."""
         if self.n == 0:
             return np.zeros(0)
-        vocab = self.vocab
-        out = np.zeros(self.n, dtype=self.data.dtype)
+        vocab, norm = self.vocab, self._norms()
+        out = np.zeros(len(self.dl), dtype=np.float32)
         for t in bm25_tokens(query):
             i = vocab.get(t)
-            if i is not None and i + 1 < len(self.indptr):  # bm25s' "" entry has no column
-                lo, hi = int(self.indptr[i]), int(self.indptr[i + 1])
-                np.add.at(out, self.indices[lo:hi], self.data[lo:hi])
-        return out.astype(np.float64)
+            df = self._doc_freq(i) if i is not None else 0
+            if i is None or df == 0:  # unseen, or seen only in hidden chunks: no chunk scores
+                continue
+            lo, hi = int(self.indptr[i]), int(self.indptr[i + 1])
+            # A masked view scores hidden chunks too (they are dropped below): cheaper than filtering.
+            idx = self.indices[lo:hi].astype(np.intp)  # numpy gathers twice as fast by intp
+            tf = self.tf[lo:hi].astype(np.float64)
+            w = tf / (norm[idx] + tf)
+            w *= np.float32(lucene_idf(df, self.n))  # bm25s keeps IDF as float32, multiplies in float64
+            np.add.at(out, idx, w.astype(np.float32))
+        return (out if self.visible is None else out[self.visible]).astype(np.float64)
+
+
+def _postings(tokenised: Iterable[list[str]], vocab: dict[str, int]) -> tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray]:
+    """(term id, chunk number, tf) per distinct term of each chunk, and each chunk's length;
+    new terms join ``vocab``. Collected in typed arrays: a million chunks' 44M postings as
+    Python ints would take gigabytes. An empty chunk counts as one token long: bm25s
+    indexes it as one placeholder token, and avgdl must agree."""
+    terms, tfs, distinct, lengths = array("q"), array("q"), array("q"), array("q")
+    for tokens in tokenised:
+        counted = Counter(tokens)
+        terms.extend([vocab.setdefault(t, len(vocab)) for t in counted])
+        tfs.extend(counted.values())
+        distinct.append(len(counted))
+        lengths.append(max(len(tokens), 1))
+    docs = np.repeat(np.arange(len(distinct), dtype=np.int64), np.frombuffer(distinct, dtype=np.int64))
+    return (np.frombuffer(terms, dtype=np.int64), docs, np.frombuffer(tfs, dtype=np.int64).astype(np.int32),
+            np.frombuffer(lengths, dtype=np.int64).astype(np.int32))
 
 
 def make_keyword(name: str, k1: float = 0.9, b: float = 0.4) -> TfidfScorer | BM25Scorer:

@@ -1,6 +1,6 @@
 """What an index derives from its store, saved beside it so opening costs milliseconds.
 
-A store (``store/``) is the source of truth; the keyword matrix, the vectors and a
+A store (``store/``) is the source of truth; the keyword postings, the vectors and a
 columnar copy of the chunks are derived from one of its generations. They are saved
 once per generation in a folder ``derived-<generation>`` next to the store and
 opened memory-mapped: nothing is parsed or copied until a query needs it, so the
@@ -27,7 +27,7 @@ import numpy as np
 
 from ..types import Chunk
 
-SAVED_FORMAT = 2  # 2: names and terms as JSON, counts checked
+SAVED_FORMAT = 3  # 2: names and terms as JSON, counts checked; 3: BM25 as postings (tf, lengths), not weights
 MANIFEST = "manifest.json"
 
 
@@ -53,6 +53,22 @@ class ChunkTable(Sequence[Chunk]):
         doc_of = np.array([names.setdefault(c.doc, len(names)) for c in chunks], dtype=np.int32)
         spans = np.array([(c.index, c.start, c.end, c.page) for c in chunks], dtype=np.int64).reshape(len(chunks), 4)
         return cls(list(names), doc_of, spans, lambda i: chunks[i].text, chunks)
+
+    def updated(self, keep: np.ndarray, new: Sequence[Chunk], at: np.ndarray | None = None) -> ChunkTable:
+        """A new table: this one's chunks where ``keep`` is true, in order, with ``new`` at
+        positions ``at`` (``interleave``) - an index after a write, without copying texts (a
+        saved table's stay on disk) or building a ``Chunk`` per kept row. This table is left
+        as it was: queries may be reading it."""
+        fresh = ChunkTable.from_chunks(list(new))
+        used, doc_of = np.unique(np.asarray(self.doc_of)[keep], return_inverse=True)
+        names = {self.doc_names[int(c)]: i for i, c in enumerate(used)}  # a removed document's name goes
+        codes = np.array([names.setdefault(d, len(names)) for d in fresh.doc_names], dtype=np.int32)
+        doc_of = interleave(doc_of.astype(np.int32), None, codes[fresh.doc_of], at).astype(np.int32)
+        spans = interleave(self.spans, keep, fresh.spans, at)
+        if self._chunks is not None:
+            chunks: list[Chunk] = interleave(_objects(self._chunks), keep, _objects(list(fresh)), at).tolist()
+            return ChunkTable(list(names), doc_of, spans, lambda i: chunks[i].text, chunks)
+        return ChunkTable(list(names), doc_of, spans, _Stitched.of(self._text, keep, [c.text for c in fresh], at))
 
     def __len__(self) -> int:
         return len(self.doc_of)
@@ -101,6 +117,57 @@ class ChunkTable(Sequence[Chunk]):
         for i in np.flatnonzero(np.isin(self.doc_of, list(wanted.values()))):
             out[self.doc_names[int(self.doc_of[i])]].append(self._text(int(i)))
         return {d: "\n\n".join(parts) for d, parts in out.items()}
+
+
+def interleave(rows: np.ndarray, keep: np.ndarray | None, new: np.ndarray, at: np.ndarray | None) -> np.ndarray:
+    """``rows`` where ``keep`` is true (all when ``None``), in order, with rows ``new`` at
+    positions ``at`` of the result (ascending; ``None``: after them): an index after a write.
+    The kept rows are copied run by run (a write leaves a few long runs: one memcpy each,
+    from memory-mapped columns too), not gathered one by one."""
+    kept = np.arange(len(rows)) if keep is None else np.flatnonzero(keep)
+    out = np.empty((len(kept) + len(new), *rows.shape[1:]), dtype=np.result_type(rows, new))
+    if at is None:
+        at = np.arange(len(kept), len(out))
+    free = np.ones(len(out), dtype=bool)
+    free[at] = False
+    dst = np.flatnonzero(free)
+    breaks = np.flatnonzero((np.diff(kept) != 1) | (np.diff(dst) != 1)) + 1
+    if len(breaks) >= 4096:  # scattered removals: one gather is cheaper than many small copies
+        out[dst] = rows[kept]
+    elif len(kept):
+        for lo, hi in zip([0, *breaks.tolist()], [*breaks.tolist(), len(kept)]):
+            out[dst[lo]:dst[lo] + hi - lo] = rows[kept[lo]:kept[lo] + hi - lo]
+    out[at] = new
+    return out
+
+
+def _objects(items: Sequence[object]) -> np.ndarray:
+    out = np.empty(len(items), dtype=object)
+    out[:] = items
+    return out
+
+
+class _Stitched:
+    """The texts of an updated table: chunk ``i``'s text is text ``pos[i]`` of source
+    ``src[i]`` (the saved columns, or a write's new texts). Flat, however many writes
+    came before: each update re-points rows and drops sources no row reads any more."""
+
+    def __init__(self, sources: list[Callable[[int], str]], src: np.ndarray, pos: np.ndarray) -> None:
+        self.sources, self.src, self.pos = sources, src, pos
+
+    def __call__(self, i: int) -> str:
+        return self.sources[int(self.src[i])](int(self.pos[i]))
+
+    @classmethod
+    def of(cls, text: Callable[[int], str], keep: np.ndarray, new: list[str], at: np.ndarray | None) -> _Stitched:
+        if isinstance(text, _Stitched):
+            sources, src, pos = text.sources, text.src[keep], text.pos
+        else:
+            sources, src, pos = [text], np.zeros(int(np.count_nonzero(keep)), dtype=np.int32), np.arange(len(keep))
+        used, src = np.unique(src, return_inverse=True)
+        sources = [sources[int(s)] for s in used] + [new.__getitem__]
+        return cls(sources, interleave(src.astype(np.int32), None, np.full(len(new), len(sources) - 1, dtype=np.int32), at),
+                   interleave(pos, keep, np.arange(len(new), dtype=np.int64), at))
 
 
 def save(folder: Path, manifest: dict[str, object], chunks: ChunkTable, vectors: np.ndarray, labels: Sequence[str],
@@ -264,12 +331,11 @@ class Saved:
         self.labels = np.array(label_names, dtype=object)[label_of]
         self.keyword: tuple[dict[str, np.ndarray], Callable[[], list[str]]] | None = None
         if manifest.get("keyword"):
-            arrays = {k: np.load(folder / f"bm25_{k}.npy", mmap_mode="r") for k in ("data", "indices", "indptr", "df")}
+            arrays = {k: np.load(folder / f"bm25_{k}.npy", mmap_mode="r") for k in ("indptr", "indices", "tf", "dl")}
             terms = int(manifest["terms"])
-            # bm25s' vocabulary ends with "", which has no column: indptr has terms or terms + 1 entries.
-            if (len(arrays["indptr"]) not in (terms, terms + 1) or len(arrays["df"]) != terms
-                    or len(arrays["data"]) != len(arrays["indices"]) or int(arrays["indptr"][-1]) != len(arrays["data"])):
-                raise ValueError(f"{folder} has an inconsistent keyword matrix")
+            if (len(arrays["indptr"]) != terms + 1 or len(arrays["dl"]) != n or len(arrays["tf"]) != len(arrays["indices"])
+                    or int(arrays["indptr"][-1]) != len(arrays["indices"])):
+                raise ValueError(f"{folder} has inconsistent keyword postings")
             later = _Later(folder / "bm25_terms.json")
             self.keyword = (arrays, lambda: list(later.get()))
         self.documents = _Later(folder / "documents.json")

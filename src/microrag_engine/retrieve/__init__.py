@@ -80,13 +80,14 @@ def retrieve(
     else:
         kw_full, ceiling = None, keyword_ceiling(index, query)
     if index.ann is not None:
-        # Large index: union of each leg's first pass, then exact scores for those only.
+        # Large index: union of each leg's first pass, then exact scores for those only. The dense
+        # one searches only the label partitions ``allowed`` covers (index/ann.py).
         q = index.query_vector(query)
         kw_all = index.kw_scores(query) if kw_full is None else kw_full
         first = np.union1d(top_n(kw_all, settings.first_pass, allowed), index.ann.top(q, settings.first_pass, allowed))
         first = first.astype(np.int64)
         if allowed is not None:
-            first = first[allowed[first]]  # belt and braces: the selector already filtered
+            first = first[allowed[first]]  # belt and braces: the partitions already filtered
         return rank_candidates(query, [index.chunks[i] for i in first], kw_all[first], index.vectors[first] @ q,
                                settings, safeguards, ceiling, None if penalty is None else penalty[first])
     if allowed is None:  # no filter: skip copying every chunk and score array

@@ -64,12 +64,19 @@ class ServerContext:
         with self.lock:
             # Postgres + BM25: retrieval runs in the database (stateless replicas); else loaded here.
             # The derived files are saved at start only: after a write (under this lock) saving a
-            # generation the next write replaces would only delay the swap.
-            first = self.engine is None
+            # generation the next write replaces would only delay the swap. After a write the
+            # current engine is updated with the changed documents (Engine.updated), not derived
+            # again; requests keep reading the current one until the new one is swapped in.
+            current = self.engine
             records = self.cfg.store.documents()
             settings = self.cfg.settings if self.on.answer_checks else \
                 override(self.cfg.settings, hold_mimics=False, conflicts=False)
-            engine = Engine.from_store(self.cfg.store, settings, save_derived=first) if records else None
+            if not records:
+                engine = None
+            elif current is not None and current.settings == settings:
+                engine = current.updated(self.cfg.store, records)
+            else:
+                engine = Engine.from_store(self.cfg.store, settings, save_derived=current is None)
             if engine is not None and self.on.provenance_prior:
                 engine.set_tiers(self.tiers(records))
             self.engine = engine

@@ -14,6 +14,7 @@ from __future__ import annotations
 import fnmatch
 import json
 from abc import ABC, abstractmethod
+from collections.abc import Collection
 from dataclasses import dataclass, field
 from pathlib import Path
 
@@ -144,6 +145,16 @@ class Store(ABC):
     @abstractmethod
     def snapshot(self) -> Snapshot:
         """A consistent copy of the whole store."""
+
+    def snapshot_of(self, docs: Collection[str]) -> Snapshot:
+        """Every document's record, and the chunks, vectors and labels of ``docs`` only (those
+        still stored), read as one consistent state: what a reader needs to bring its copy up
+        to date (``Engine.updated``). This default filters a whole snapshot; backends override it."""
+        snap = self.snapshot()
+        wanted = set(docs)
+        rows = [i for i, c in enumerate(snap.chunks) if c.doc in wanted]
+        return Snapshot(snap.generation, snap.meta, snap.documents, [snap.chunks[i] for i in rows],
+                        snap.vectors[rows], [snap.labels[i] for i in rows])
 
     @abstractmethod
     def generation(self) -> int:
