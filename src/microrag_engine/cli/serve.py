@@ -16,11 +16,12 @@ from typing import Any
 from ..config import LLMConfig, override
 from ..errors import MicroRAGError
 from ..ingest import ingest_paths
-from ..server.auth import KeyStore
+from ..server.auth import KeyStore, PostgresTables
 from ..server.config import ServerConfig
 from ..server.defences import HARDENED, LAB, PROFILES, Profile
 from ..server.state import ServerState
 from ..store import default_location, open_store
+from ..store.postgres import PostgresStore
 from .keys import server_dir
 from .options import (
     add_conversation,
@@ -67,6 +68,9 @@ def add_server_options(p: argparse.ArgumentParser) -> None:
     p.add_argument("--rate-per-minute", type=int, default=120, metavar="N",
                    help="requests one key (or anonymous address) may make per minute; more get 429 (default: %(default)s)")
     add_index(p)
+    p.add_argument("--standby", metavar="URI",
+                   help="with a postgresql:// index: read from this hot standby (libpq URI; several hosts allowed), "
+                        "write to the index's primary; a caller's own uploads are read from the primary until replayed")
     add_corpus(p)
     add_preset(p)
     add_dlp(p)
@@ -80,7 +84,7 @@ def server_config(args: argparse.Namespace, profile: Profile = HARDENED, **extra
     """The server's configuration from ``add_server_options``' options: the store (created
     if absent, ``--corpus`` ingested into an empty one), the settings it was built with,
     keys and state beside it (``keys.server_dir``). ``extra`` goes to ``ServerConfig``."""
-    store = open_store(args.index or default_location(), create=True)
+    store = open_store(args.index or default_location(), create=True, standby=args.standby)
     name = args.preset or preset_for(store.meta())
     settings = override(settings_for(args, name), dlp=args.dlp)
     settings = override(settings, **profile.settings)
@@ -89,7 +93,9 @@ def server_config(args: argparse.Namespace, profile: Profile = HARDENED, **extra
         if not args.quiet:
             diag(f"indexed {', '.join(args.corpus)}: {report.summary()}")
     sdir = server_dir(args.index)
-    return ServerConfig(store=store, settings=settings, keys=KeyStore(sdir / "keys.sqlite"),
+    # On PostgreSQL the keys (and the rate limits) live in the database, shared by every replica.
+    keys = KeyStore(PostgresTables(store) if isinstance(store, PostgresStore) else sdir / "keys.sqlite")
+    return ServerConfig(store=store, settings=settings, keys=keys,
                         state=ServerState(sdir / "server.sqlite"), corpus=list(args.corpus or []),
                         llm=LLMConfig.from_env(), allow_anonymous=not args.no_anonymous,
                         defences=profile.defences,

@@ -22,7 +22,7 @@ import threading
 import zlib
 from collections import Counter
 from collections.abc import Iterator, Mapping, Sequence
-from contextlib import contextmanager, nullcontext
+from contextlib import AbstractContextManager, contextmanager, nullcontext
 from contextvars import ContextVar
 from typing import TYPE_CHECKING, Any
 
@@ -78,7 +78,8 @@ def _pool(uri: str, schema: str, size: int) -> ConnectionPool:
     def configure(conn: psycopg.Connection) -> None:
         conn.execute(f"SET search_path TO {schema}, public")  # schema is checked to be a plain name
 
-    return ConnectionPool(uri, min_size=1, max_size=size, kwargs={"autocommit": True}, configure=configure,
+    return ConnectionPool(uri, min_size=1, max_size=size, kwargs={"autocommit": True, "application_name": "microrag"},
+                          configure=configure,
                           open=True, name=f"microrag-{schema}")
 
 
@@ -183,6 +184,12 @@ class PostgresStore(SearchableStore):
         with self._reader() if read else nullcontext(self.pool) as pool, pool.connection() as conn:
             cur = conn.execute(sql, params)
             return cur.fetchall() if cur.description else []
+
+    def reading_after(self, position: str) -> AbstractContextManager[None]:
+        return reading_after(position)
+
+    def committed_position(self) -> str:
+        return self.committed_lsn()
 
     def committed_lsn(self) -> str:
         """Where the primary's WAL stands now: a standby that replayed this far sees every
