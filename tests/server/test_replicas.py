@@ -54,7 +54,8 @@ def _replica(index: str, standby: str, workdir: Path, rate: int) -> tuple[subpro
 
 @pytest.fixture(scope="module")
 def cluster(tmp_path_factory) -> Iterator[dict]:
-    from microrag_engine.server.auth import KeyStore, PostgresTables
+    from microrag_engine.server.auth import KeyStore
+    from microrag_engine.server.tables import PostgresTables
 
     work = tmp_path_factory.mktemp("replicas")
     schema = f"rep_{os.getpid()}_{random.randrange(10**9)}"
@@ -68,7 +69,8 @@ def cluster(tmp_path_factory) -> Iterator[dict]:
     keys = KeyStore(PostgresTables(store))  # where `microrag keys add --index postgresql://...` puts them
     key = {"admin": keys.add("root", "admin", ["public", "internal", "restricted"]),
            "reader": keys.add("rita", "reader", ["public"]), "spare": keys.add("sam", "reader", ["public"]),
-           "trusted": keys.add("tess", "contributor", ["public"], trusted=True), "meter": keys.add("max", "reader", ["public"])}
+           "trusted": keys.add("tess", "contributor", ["public"], trusted=True), "meter": keys.add("max", "reader", ["public"]),
+           "contrib": keys.add("bob", "contributor", ["public"])}
     procs = []
     try:
         for _ in range(2):
@@ -136,6 +138,27 @@ def test_an_upload_through_one_replica_is_served_by_the_other(cluster):
     assert seen and seen[0] == doc
     time.sleep(1.2)  # a replica looks for other replicas' writes once a second
     assert doc in [d["doc"] for d in _call(cluster, "b", "GET", "/documents", "admin").json()]
+
+
+def test_review_queue_and_audit_trail_are_shared(cluster):
+    """An upload held through A is reviewed and approved through B; B's audit shows A's queries."""
+    body = "# Parking\n\nVisitor parking is on level 2 of the north garage; ask reception for a day pass."
+    r = _call(cluster, "a", "POST", "/ingest", "contrib", json={"source": "parking.md", "body": body})
+    assert r.status_code == 200 and r.json()["status"] == "quarantined", r.text
+    doc = r.json()["doc"]
+    queued = [e for e in _call(cluster, "b", "GET", "/review", "admin").json() if e["doc"] == doc]
+    assert queued, "the review queue is per replica"
+    approved = _call(cluster, "b", "POST", f"/review/{doc}/approve?version={queued[0]['version']}", "admin")
+    assert approved.status_code == 200, approved.text
+    assert _call(cluster, "a", "GET", "/review", "admin").json() == []  # taken once, for both
+    deadline, seen = time.time() + 20, []
+    while time.time() < deadline and doc not in seen:
+        seen = _docs(cluster, "a", "reader", "where is visitor parking?")
+        time.sleep(0.2)
+    assert doc in seen
+    trail = _call(cluster, "b", "GET", "/audit?limit=200", "admin").json()
+    assert any(row["action"] == "ingest" and row["query"] == doc for row in trail)  # written by A
+    assert any(row["action"] == "search" and "visitor parking" in row["query"] for row in trail)
 
 
 def test_a_key_revoked_through_one_replica_fails_on_both(cluster):

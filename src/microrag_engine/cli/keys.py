@@ -12,7 +12,8 @@ import sys
 from pathlib import Path
 
 from ..errors import MicroRAGError
-from ..server.auth import ROLES, KeyStore, PostgresTables
+from ..server.auth import ROLES, KeyStore
+from ..server.tables import PostgresTables
 from ..store import default_location, open_store
 from ..store.postgres import PostgresStore
 from .options import add_index, add_output, diag

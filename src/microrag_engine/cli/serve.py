@@ -16,10 +16,11 @@ from typing import Any
 from ..config import LLMConfig, override
 from ..errors import MicroRAGError
 from ..ingest import ingest_paths
-from ..server.auth import KeyStore, PostgresTables
+from ..server.auth import KeyStore
 from ..server.config import ServerConfig
 from ..server.defences import HARDENED, LAB, PROFILES, Profile
 from ..server.state import ServerState
+from ..server.tables import PostgresTables
 from ..store import default_location, open_store
 from ..store.postgres import PostgresStore
 from .keys import server_dir
@@ -93,10 +94,12 @@ def server_config(args: argparse.Namespace, profile: Profile = HARDENED, **extra
         if not args.quiet:
             diag(f"indexed {', '.join(args.corpus)}: {report.summary()}")
     sdir = server_dir(args.index)
-    # On PostgreSQL the keys (and the rate limits) live in the database, shared by every replica.
-    keys = KeyStore(PostgresTables(store) if isinstance(store, PostgresStore) else sdir / "keys.sqlite")
+    # On PostgreSQL the keys, rate limits, review queue and audit trail live in the database,
+    # shared by every replica; a server on a folder keeps them in SQLite files beside it.
+    shared = PostgresTables(store) if isinstance(store, PostgresStore) else None
+    keys = KeyStore(shared or sdir / "keys.sqlite")
     return ServerConfig(store=store, settings=settings, keys=keys,
-                        state=ServerState(sdir / "server.sqlite"), corpus=list(args.corpus or []),
+                        state=ServerState(shared or sdir / "server.sqlite"), corpus=list(args.corpus or []),
                         llm=LLMConfig.from_env(), allow_anonymous=not args.no_anonymous,
                         defences=profile.defences,
                         input_guard=args.input_guard, tools_dir=Path(args.tools_dir) if args.tools_dir else None,

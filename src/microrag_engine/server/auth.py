@@ -12,17 +12,12 @@ from __future__ import annotations
 import hashlib
 import hmac
 import secrets
-import sqlite3
-import threading
 from dataclasses import dataclass
 from datetime import UTC, datetime
 from pathlib import Path
-from typing import TYPE_CHECKING, Protocol
 
 from ..errors import MicroRAGError
-
-if TYPE_CHECKING:
-    from ..store.postgres import PostgresStore
+from .tables import SqliteTables, Tables
 
 ROLES = ("reader", "contributor", "admin")
 
@@ -53,47 +48,6 @@ ANONYMOUS = Principal("anonymous", "reader", frozenset({"public"}))
 
 def _hash(secret: str) -> str:
     return hashlib.sha256(secret.encode()).hexdigest()
-
-
-class Tables(Protocol):
-    """Where server-side tables live: ``run(sql, params) -> rows``, ``?`` placeholders."""
-
-    def run(self, sql: str, params: tuple = ()) -> list[tuple]: ...
-
-    def add_column(self, table: str, column: str, decl: str) -> None:
-        """Add ``column`` to ``table`` unless it is there (tables written by older releases)."""
-        ...
-
-
-class SqliteTables:
-    """Tables in one SQLite file beside the index (one server process)."""
-
-    def add_column(self, table: str, column: str, decl: str) -> None:
-        if column not in {r[1] for r in self.run(f"PRAGMA table_info({table})")}:
-            self.run(f"ALTER TABLE {table} ADD COLUMN {column} {decl}")
-
-    def __init__(self, path: str | Path) -> None:
-        Path(path).parent.mkdir(parents=True, exist_ok=True)
-        self.db = sqlite3.connect(str(path), check_same_thread=False, isolation_level=None)
-        self.lock = threading.Lock()
-
-    def run(self, sql: str, params: tuple = ()) -> list[tuple]:
-        with self.lock:
-            return self.db.execute(sql, params).fetchall()
-
-
-class PostgresTables:
-    """Tables in the index's own PostgreSQL schema, on the primary: every replica of the
-    server reads and writes the same rows (keys, revocations, rate limits)."""
-
-    def __init__(self, store: PostgresStore) -> None:
-        self.store = store
-
-    def run(self, sql: str, params: tuple = ()) -> list[tuple]:
-        return self.store.x(sql.replace("?", "%s"), params)
-
-    def add_column(self, table: str, column: str, decl: str) -> None:
-        self.run(f"ALTER TABLE {table} ADD COLUMN IF NOT EXISTS {column} {decl}")
 
 
 class KeyStore:

@@ -14,9 +14,10 @@ from fastapi import Depends, HTTPException, Request
 from ..config import override
 from ..engine import Engine
 from ..store.base import DocRecord
-from .auth import ANONYMOUS, PostgresTables, Principal
+from .auth import ANONYMOUS, Principal
 from .config import EVERYONE_ADMIN, ServerConfig
 from .screening import Screening
+from .tables import PostgresTables
 
 # How often a replica on a shared database looks for other replicas' writes (seconds).
 SHARED_CHECK_S = 1.0
