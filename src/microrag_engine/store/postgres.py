@@ -393,6 +393,9 @@ class PostgresStore(SearchableStore):
         # the filter narrows candidates only: IDF and the ceiling stay those of the caller's labels
         doc_sql, doc_args = ("AND doc = ANY(%s)", [docs]) if docs is not None else ("", [])
         with self.transaction(read=True):
+            # One snapshot for every statement below: the statistics and the chunks come from the
+            # same committed ingest, never half of one (READ COMMITTED would re-read per statement).
+            self.x("SET TRANSACTION ISOLATION LEVEL REPEATABLE READ")
             self.x(f"SET LOCAL hnsw.ef_search = {int(ef_search)}")  # 200: recall@10 >= 0.98 in benchmarks/scale.py
             self.x("SET LOCAL hnsw.iterative_scan = relaxed_order")
             n_chunks = int(self.x(f"SELECT coalesce(sum(n), 0) FROM label_stats WHERE true {label_sql}",
