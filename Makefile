@@ -59,7 +59,7 @@ test: lint
 	bash scripts/install-chromium.sh
 	bash scripts/install-ocr.sh
 	PY=$(BIN)/python bash scripts/install-llama.sh
-	$(BIN)/python scripts/pg_loopback.py run -- $(BIN)/python -m pytest -q
+	$(BIN)/python scripts/pg_loopback.py run --standby -- $(BIN)/python -m pytest -q
 
 lock:
 	bash scripts/lock.sh

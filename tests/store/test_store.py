@@ -380,7 +380,8 @@ def test_postgres_bm25_equals_bm25s_and_cosine_equals_dot(tmp_path):
 
         texts = [c.text for c in local.index.chunks]
         ref = BM25Scorer(0.9, 0.4).fit(texts)
-        for q in ("reset password", "vpn port 5432", "kiwi alpha beta", "nothing-matches"):
+        # (repeated terms count each time, in the database as in memory)
+        for q in ("reset password", "vpn port 5432", "kiwi alpha beta", "nothing-matches", "vpn vpn port", "reset resets"):
             qvec = local.index.embedder.embed([q])[0]
             rows, ceiling = store.search(q, qvec, None, n=100)
             found = {c.id: (kw, em) for c, kw, em in rows}
@@ -393,6 +394,43 @@ def test_postgres_bm25_equals_bm25s_and_cosine_equals_dot(tmp_path):
                     assert found[c.id][1] == pytest.approx(want_em[i], abs=1e-5)
                 else:
                     assert want_kw[i] == 0  # only non-matching chunks may be missing
+    finally:
+        store.drop()
+        store.close()
+
+
+@needs_pg
+def test_postgres_keyword_leg_scored_from_rare_terms_first_is_exact(tmp_path, monkeypatch):
+    """The BM25 leg scores chunks holding a rare query term first and stops when the n-th
+    score proves nothing else can enter: the same top-n as scoring every matching chunk."""
+    from microrag_engine.store import postgres
+
+    rng = random.Random(5)
+    words = [f"w{i}" for i in range(300)]
+    zipf = [1 / (i + 1) for i in range(300)]
+    files = {f"d{i:03d}.md": " ".join(rng.choices(words, zipf, k=40)) for i in range(150)}
+    store = _pg_store()
+    try:
+        ingest_paths(store, [write(tmp_path / "docs", files)], override(SEED, keyword="bm25", size=200, overlap=0))
+        qvec = np.zeros(128, dtype=np.float32)
+        qvec[0] = 1.0
+        # a common word twice (its weight counts twice: a high bound to reach) and one or two rare words
+        queries = [" ".join(2 * rng.choices(words[8:25]) + rng.choices(words[80:], k=rng.randint(1, 2))) for _ in range(40)]
+        statements: list[str] = []
+        real = store.x
+        monkeypatch.setattr(store, "x", lambda sql, params=None, read=False: (statements.append(sql), real(sql, params, read))[1])
+        pruned = 0
+        for q in queries:
+            for labels in (None, ["public"]):
+                monkeypatch.setattr(postgres, "RARE_SHARE", 0.1)
+                statements.clear()
+                got, _ = store.search(q, qvec, labels, n=5)
+                short = [sql for sql in statements if "terms && " in sql]
+                pruned += len(short) == 1 and short[0].startswith("SELECT id, -(bm25")  # stopped after the rare terms
+                monkeypatch.setattr(postgres, "RARE_SHARE", 0.0)  # every term common: score every matching chunk
+                want, _ = store.search(q, qvec, labels, n=5)
+                assert [(c.id, kw) for c, kw, _ in got] == [(c.id, kw) for c, kw, _ in want]
+        assert 5 <= pruned < 2 * len(queries)  # the short path was taken (and so was the long one)
     finally:
         store.drop()
         store.close()

@@ -13,7 +13,9 @@ from pathlib import Path
 
 from ..errors import MicroRAGError
 from ..server.auth import ROLES, KeyStore
-from ..store import default_location
+from ..server.tables import PostgresTables
+from ..store import default_location, open_store
+from ..store.postgres import PostgresStore
 from .options import add_index, add_output, diag
 
 
@@ -36,11 +38,17 @@ def register(sub: argparse._SubParsersAction) -> None:
 
 def server_dir(index: str | None) -> Path:
     """Where a server keeps its keys and state for ``index``."""
-    loc = index or default_location()
-    return Path(".microrag-server") if loc.startswith(("postgresql://", "postgres://")) else Path(loc)
+    return Path(".microrag-server") if is_postgres(index) else Path(index or default_location())
+
+
+def is_postgres(index: str | None) -> bool:
+    return (index or default_location()).startswith(("postgresql://", "postgres://"))
 
 
 def _keys(args: argparse.Namespace, create: bool = False) -> KeyStore:
+    store = open_store(args.index) if is_postgres(args.index) else None
+    if isinstance(store, PostgresStore):  # keys live in the database every replica reads
+        return KeyStore(PostgresTables(store))
     path = server_dir(args.index) / "keys.sqlite"
     if not create and not path.exists():  # reading must not create anything
         raise MicroRAGError(f"no keys at {path.parent}; add one with: microrag keys add NAME --index {path.parent}")

@@ -20,7 +20,9 @@ from ..server.auth import KeyStore
 from ..server.config import ServerConfig
 from ..server.defences import HARDENED, LAB, PROFILES, Profile
 from ..server.state import ServerState
+from ..server.tables import PostgresTables
 from ..store import default_location, open_store
+from ..store.postgres import PostgresStore
 from .keys import server_dir
 from .options import (
     add_conversation,
@@ -67,6 +69,9 @@ def add_server_options(p: argparse.ArgumentParser) -> None:
     p.add_argument("--rate-per-minute", type=int, default=120, metavar="N",
                    help="requests one key (or anonymous address) may make per minute; more get 429 (default: %(default)s)")
     add_index(p)
+    p.add_argument("--standby", metavar="URI",
+                   help="with a postgresql:// index: read from this hot standby (libpq URI; several hosts allowed), "
+                        "write to the index's primary; a caller's own uploads are read from the primary until replayed")
     add_corpus(p)
     add_preset(p)
     add_dlp(p)
@@ -80,7 +85,7 @@ def server_config(args: argparse.Namespace, profile: Profile = HARDENED, **extra
     """The server's configuration from ``add_server_options``' options: the store (created
     if absent, ``--corpus`` ingested into an empty one), the settings it was built with,
     keys and state beside it (``keys.server_dir``). ``extra`` goes to ``ServerConfig``."""
-    store = open_store(args.index or default_location(), create=True)
+    store = open_store(args.index or default_location(), create=True, standby=args.standby)
     name = args.preset or preset_for(store.meta())
     settings = override(settings_for(args, name), dlp=args.dlp)
     settings = override(settings, **profile.settings)
@@ -89,8 +94,12 @@ def server_config(args: argparse.Namespace, profile: Profile = HARDENED, **extra
         if not args.quiet:
             diag(f"indexed {', '.join(args.corpus)}: {report.summary()}")
     sdir = server_dir(args.index)
-    return ServerConfig(store=store, settings=settings, keys=KeyStore(sdir / "keys.sqlite"),
-                        state=ServerState(sdir / "server.sqlite"), corpus=list(args.corpus or []),
+    # On PostgreSQL the keys, rate limits, review queue and audit trail live in the database,
+    # shared by every replica; a server on a folder keeps them in SQLite files beside it.
+    shared = PostgresTables(store) if isinstance(store, PostgresStore) else None
+    keys = KeyStore(shared or sdir / "keys.sqlite")
+    return ServerConfig(store=store, settings=settings, keys=keys,
+                        state=ServerState(shared or sdir / "server.sqlite"), corpus=list(args.corpus or []),
                         llm=LLMConfig.from_env(), allow_anonymous=not args.no_anonymous,
                         defences=profile.defences,
                         input_guard=args.input_guard, tools_dir=Path(args.tools_dir) if args.tools_dir else None,

@@ -104,7 +104,7 @@ class Asking:
             cfg.state.audit(who.name, action, safe_query, [], "blocked", flags, raw)
             raise HTTPException(400, "the question was blocked by the input guard: "
                                 + "; ".join(f.removeprefix("input: ") for f in flags))
-        eng = self.ctx.engine
+        eng = self.ctx.current(who)
         if eng is None:
             raise MicroRAGError("the index is empty; ingest documents first")
         condensed = eng.condense(list(turns), cfg.llm, scope=who.name)
@@ -112,8 +112,9 @@ class Asking:
             # The rewritten query is what was searched for: the caller and the audit see it,
             # through the output guard (a model's rewrite is model output).
             flags.append(guarded(condensed.note()))
-        r = eng.retrieve(condensed.query, safeguards=True, labels=sorted(who.clearance), scoped=on.scoped_statistics,
-                         top_k=top_k, where=where)
+        with cfg.store.reading_after(who.wrote):  # a standby that lags behind this caller's own upload waits
+            r = eng.retrieve(condensed.query, safeguards=True, labels=sorted(who.clearance), scoped=on.scoped_statistics,
+                             top_k=top_k, where=where)
         if r.held:
             flags.append(f"mimicry: {len(r.held)} passage(s) restate the question word for word and were held back "
                          f"from the answer: {', '.join(sorted({i.rsplit('#', 1)[0] for i, _ in r.held}))}")

@@ -7,6 +7,7 @@ import threading
 import time
 from collections import defaultdict
 from collections.abc import Callable, Mapping
+from typing import Protocol
 
 from fastapi import Depends, HTTPException, Request
 
@@ -16,10 +17,26 @@ from ..store.base import DocRecord
 from .auth import ANONYMOUS, Principal
 from .config import EVERYONE_ADMIN, ServerConfig
 from .screening import Screening
+from .tables import PostgresTables
+
+# How often a replica on a shared database looks for other replicas' writes (seconds).
+SHARED_CHECK_S = 1.0
+
+
+class Limiter(Protocol):
+    """A per-caller budget of requests per minute."""
+
+    def allow(self, who: str) -> bool:
+        """Spend one request of ``who``'s; False (nothing spent) when the minute's budget is gone."""
+        ...
+
+    def exhausted(self, who: str) -> bool:
+        """Whether ``who`` has used up this minute's allowance (records nothing)."""
+        ...
 
 
 class RateLimiter:
-    """Per-principal sliding window; returns False when over the limit."""
+    """Per-principal sliding window in this process; returns False when over the limit."""
 
     def __init__(self, per_minute: int) -> None:
         self.per_minute, self.lock = per_minute, threading.Lock()
@@ -40,6 +57,38 @@ class RateLimiter:
             return sum(t - x < 60 for x in self.hits.get(who, ())) >= self.per_minute
 
 
+class SharedRateLimiter:
+    """Per-principal budget kept in the PostgreSQL primary, so N replicas allow the limit once,
+    not N times. Counts per minute of the database's clock; the last minute's count weighs by
+    the share of it still inside the window (a sliding-window estimate: one row per caller and
+    minute, one statement per request). Two replicas admitting at the same instant may let one
+    request over the limit."""
+
+    def __init__(self, tables: PostgresTables, per_minute: int, scope: str) -> None:
+        self.tables, self.per_minute, self.scope = tables, per_minute, scope
+        self.swept = 0  # the minute whose old rows this process last deleted
+        tables.run("CREATE TABLE IF NOT EXISTS rate_hits (scope TEXT NOT NULL, who TEXT NOT NULL, minute BIGINT NOT NULL, "
+                   "n INTEGER NOT NULL, PRIMARY KEY (scope, who, minute))")
+
+    _SEEN = ("WITH t AS (SELECT extract(epoch FROM clock_timestamp())::float8 / 60 AS m), "
+             "b AS (SELECT floor(m)::bigint AS cur, m - floor(m) AS frac FROM t), "
+             "seen AS (SELECT coalesce(sum(CASE WHEN r.minute = b.cur THEN r.n::float8 ELSE r.n * (1 - b.frac) END), 0) AS est "
+             "FROM b LEFT JOIN rate_hits r ON r.scope = ? AND r.who = ? AND r.minute IN (b.cur, b.cur - 1)) ")
+
+    def allow(self, who: str) -> bool:
+        rows = self.tables.run(self._SEEN + "INSERT INTO rate_hits (scope, who, minute, n) SELECT ?, ?, b.cur, 1 FROM b, seen "
+                               "WHERE seen.est < ? ON CONFLICT (scope, who, minute) DO UPDATE SET n = rate_hits.n + 1 "
+                               "RETURNING minute", (self.scope, who, self.scope, who, self.per_minute))
+        if rows and rows[0][0] != self.swept:  # a new minute: rows two minutes old count for nobody
+            self.swept = rows[0][0]
+            self.tables.run("DELETE FROM rate_hits WHERE minute < ?", (self.swept - 1,))
+        return bool(rows)
+
+    def exhausted(self, who: str) -> bool:
+        rows = self.tables.run(self._SEEN + "SELECT est >= ? FROM seen", (self.scope, who, self.per_minute))
+        return bool(rows and rows[0][0])
+
+
 def request_key(headers: Mapping[str, str]) -> str:
     """The key a request presents: ``Authorization: Bearer <key>``, else ``X-API-Key`` (``""``: none)."""
     auth = headers.get("authorization", "")
@@ -54,20 +103,52 @@ class ServerContext:
         self.cfg = cfg
         self.on = cfg.defences
         self.lock = threading.RLock()  # one writer at a time
-        self.engine: Engine | None = None
-        self.limiter = RateLimiter(cfg.rate_per_minute)
-        self.guesses = RateLimiter(cfg.key_failures_per_minute)  # wrong keys per client address
+        self._engine: Engine | None = None
+        self.checked = 0.0  # when the store's generation was last compared with the engine's
+        shared = cfg.keys.tables if isinstance(cfg.keys.tables, PostgresTables) else None
+        # Replicas on one PostgreSQL share one budget per caller; a lone server counts in memory.
+        self.limiter: Limiter = SharedRateLimiter(shared, cfg.rate_per_minute, "requests") if shared \
+            else RateLimiter(cfg.rate_per_minute)
+        self.guesses: Limiter = SharedRateLimiter(shared, cfg.key_failures_per_minute, "wrong-keys") if shared \
+            else RateLimiter(cfg.key_failures_per_minute)  # wrong keys per client address
         self.screening = Screening(cfg.state)
         self.reload()
 
-    def reload(self) -> None:
+    @property
+    def engine(self) -> Engine | None:
+        return self.current()
+
+    def current(self, who: Principal | None = None) -> Engine | None:
+        """The current engine. With a database other replicas write to as well, the store's
+        generation is compared at most once a second (on every request of a caller who has
+        written: they must read their own writes), and a newer one is loaded - unless this
+        replica is writing right now (the request goes on with the engine it has)."""
+        engine = self._engine
+        wrote = who.wrote if who is not None else ""
+        if engine is not None and engine.store is not None and (wrote or time.monotonic() - self.checked > SHARED_CHECK_S):
+            self.checked = time.monotonic()
+            with self.cfg.store.reading_after(wrote):
+                newer = self.cfg.store.generation() > engine.generation
+            if newer and self.lock.acquire(blocking=False):
+                try:
+                    with self.cfg.store.reading_after(wrote):
+                        self.reload()
+                finally:
+                    self.lock.release()
+            engine = self._engine
+        return engine
+
+    def reload(self, by: Principal | None = None) -> None:
+        """Load the store's current state; ``by`` wrote it (their reads will wait for it)."""
+        if by is not None and by is not ANONYMOUS:
+            self.cfg.keys.wrote(by.name, self.cfg.store.committed_position())
         with self.lock:
             # Postgres + BM25: retrieval runs in the database (stateless replicas); else loaded here.
             # The derived files are saved at start only: after a write (under this lock) saving a
             # generation the next write replaces would only delay the swap. After a write the
             # current engine is updated with the changed documents (Engine.updated), not derived
             # again; requests keep reading the current one until the new one is swapped in.
-            current = self.engine
+            current = self._engine
             records = self.cfg.store.documents()
             settings = self.cfg.settings if self.on.answer_checks else \
                 override(self.cfg.settings, hold_mimics=False, conflicts=False)
@@ -79,7 +160,8 @@ class ServerContext:
                 engine = Engine.from_store(self.cfg.store, settings, save_derived=current is None)
             if engine is not None and self.on.provenance_prior:
                 engine.set_tiers(self.tiers(records))
-            self.engine = engine
+            self._engine = engine
+            self.checked = time.monotonic()
 
     def tiers(self, records: Mapping[str, DocRecord]) -> dict[str, int]:
         """Provenance tier of each uploaded document: 1 if an admin uploaded or approved this

@@ -16,10 +16,10 @@ import hashlib
 import hmac
 import json
 import secrets
-import sqlite3
-import threading
 from datetime import UTC, datetime
 from pathlib import Path
+
+from .tables import SqliteTables, Tables
 
 QUARANTINE = "_quarantine"
 
@@ -29,76 +29,79 @@ def now() -> str:
 
 
 class ServerState:
-    """Review queue + audit trail in one SQLite file, guarded by one lock."""
+    """Review queue + audit trail in ``tables``: a SQLite file (path) for one server, or the
+    PostgreSQL primary (``PostgresTables``) shared by every replica."""
 
-    def __init__(self, path: str | Path) -> None:
-        Path(path).parent.mkdir(parents=True, exist_ok=True)
-        self.db = sqlite3.connect(str(path), check_same_thread=False, isolation_level=None)
-        self.db.execute("PRAGMA journal_mode=WAL")
-        self.lock = threading.Lock()
-        self.db.executescript("""
-        CREATE TABLE IF NOT EXISTS review (doc TEXT PRIMARY KEY, label TEXT NOT NULL, principal TEXT NOT NULL,
-            submitted TEXT NOT NULL, findings TEXT NOT NULL, flags TEXT NOT NULL);
-        CREATE TABLE IF NOT EXISTS audit (id INTEGER PRIMARY KEY, ts TEXT NOT NULL, principal TEXT NOT NULL,
-            action TEXT NOT NULL, query TEXT NOT NULL, hits TEXT NOT NULL, decision TEXT NOT NULL, flags TEXT NOT NULL);
-        """)
-        self.db.execute("CREATE TABLE IF NOT EXISTS meta (key TEXT PRIMARY KEY, value TEXT NOT NULL)")
+    def __init__(self, tables: str | Path | Tables) -> None:
+        t: Tables = SqliteTables(tables) if isinstance(tables, str | Path) else tables
+        self.tables = t
+        t.run("CREATE TABLE IF NOT EXISTS review (doc TEXT PRIMARY KEY, label TEXT NOT NULL, principal TEXT NOT NULL, "
+              "submitted TEXT NOT NULL, findings TEXT NOT NULL, flags TEXT NOT NULL)")
+        t.run(f"CREATE TABLE IF NOT EXISTS audit (id {t.serial}, ts TEXT NOT NULL, principal TEXT NOT NULL, "
+              "action TEXT NOT NULL, query TEXT NOT NULL, hits TEXT NOT NULL, decision TEXT NOT NULL, flags TEXT NOT NULL)")
+        # (not "meta": on PostgreSQL these tables share the index's schema, whose meta is the store's)
+        t.run("CREATE TABLE IF NOT EXISTS server_meta (key TEXT PRIMARY KEY, value TEXT NOT NULL)")
+        if isinstance(t, SqliteTables) and t.run("SELECT 1 FROM sqlite_master WHERE type = 'table' AND name = 'meta'"):
+            # state files before replicas kept the audit key in "meta": keep it, or old fingerprints stop matching
+            t.run("INSERT INTO server_meta SELECT key, value FROM meta WHERE true ON CONFLICT (key) DO NOTHING")  # (WHERE: SQLite's parse)
         # What an admin approved, by version: the provenance tier "admin-approved" holds for that content only.
-        self.db.execute("CREATE TABLE IF NOT EXISTS approvals (doc TEXT PRIMARY KEY, version TEXT NOT NULL, "
-                        "principal TEXT NOT NULL, ts TEXT NOT NULL)")
-        self.db.execute("INSERT OR IGNORE INTO meta VALUES ('audit_key', ?)", (secrets.token_hex(32),))
-        self._audit_key = bytes.fromhex(self.db.execute("SELECT value FROM meta WHERE key = 'audit_key'").fetchone()[0])
+        t.run("CREATE TABLE IF NOT EXISTS approvals (doc TEXT PRIMARY KEY, version TEXT NOT NULL, "
+              "principal TEXT NOT NULL, ts TEXT NOT NULL)")
+        t.run("INSERT INTO server_meta VALUES ('audit_key', ?) ON CONFLICT (key) DO NOTHING", (secrets.token_hex(32),))
+        self._audit_key = bytes.fromhex(t.run("SELECT value FROM server_meta WHERE key = 'audit_key'")[0][0])
         # columns added after the first release (state files of older servers get them here)
         for table, column in (("audit", "raw"), ("review", "version"), ("review", "preview")):
-            if column not in {r[1] for r in self.db.execute(f"PRAGMA table_info({table})")}:
-                self.db.execute(f"ALTER TABLE {table} ADD COLUMN {column} TEXT NOT NULL DEFAULT ''")
+            t.add_column(table, column, "TEXT NOT NULL DEFAULT ''")
 
     # ------------------------------------------------------------ review queue
 
     def queue(self, doc: str, label: str, principal: str, findings: dict, flags: list[str],
               version: str = "", preview: str = "") -> None:
         """Queue ``doc`` for review; a newer upload of the same doc replaces the entry (and its version)."""
-        with self.lock:
-            self.db.execute("INSERT OR REPLACE INTO review (doc, label, principal, submitted, findings, flags, version, preview) "
-                            "VALUES (?,?,?,?,?,?,?,?)",
-                            (doc, label, principal, now(), json.dumps(findings), json.dumps(flags), version, preview))
+        self.tables.run(
+            "INSERT INTO review (doc, label, principal, submitted, findings, flags, version, preview) VALUES (?,?,?,?,?,?,?,?) "
+            "ON CONFLICT (doc) DO UPDATE SET label = EXCLUDED.label, principal = EXCLUDED.principal, "
+            "submitted = EXCLUDED.submitted, findings = EXCLUDED.findings, flags = EXCLUDED.flags, "
+            "version = EXCLUDED.version, preview = EXCLUDED.preview",
+            (doc, label, principal, now(), json.dumps(findings), json.dumps(flags), version, preview))
 
     def pending(self) -> list[dict]:
-        with self.lock:
-            rows = self.db.execute("SELECT doc, label, principal, submitted, findings, flags, version, preview "
-                                   "FROM review ORDER BY submitted")
-            return [{"doc": r[0], "label": r[1], "principal": r[2], "submitted": r[3],
-                     "findings": json.loads(r[4]), "flags": json.loads(r[5]), "version": r[6], "preview": r[7]}
-                    for r in rows]
+        rows = self.tables.run("SELECT doc, label, principal, submitted, findings, flags, version, preview "
+                               "FROM review ORDER BY submitted")
+        return [{"doc": r[0], "label": r[1], "principal": r[2], "submitted": r[3],
+                 "findings": json.loads(r[4]), "flags": json.loads(r[5]), "version": r[6], "preview": r[7]}
+                for r in rows]
 
     def take(self, doc: str, version: str | None = None) -> dict | None:
         """Remove ``doc`` from the queue and return its entry (None if not queued).
 
         With ``version``, only if the queued content is still that version; otherwise
-        the entry stays and ``{"stale": True, ...}`` comes back.
+        the entry stays and ``{"stale": True, ...}`` comes back. One statement removes it,
+        so two replicas deciding at once cannot both take it.
         """
-        with self.lock:
-            row = self.db.execute("SELECT label, principal, version FROM review WHERE doc = ?", (doc,)).fetchone()
-            if row and version is not None and version != row[2]:
-                return {"stale": True, "label": row[0], "principal": row[1], "version": row[2]}
-            if row:
-                self.db.execute("DELETE FROM review WHERE doc = ?", (doc,))
-        return {"label": row[0], "principal": row[1], "version": row[2]} if row else None
+        if version is None:
+            rows = self.tables.run("DELETE FROM review WHERE doc = ? RETURNING label, principal, version", (doc,))
+        else:
+            rows = self.tables.run("DELETE FROM review WHERE doc = ? AND version = ? RETURNING label, principal, version",
+                                   (doc, version))
+            if not rows:
+                left = self.tables.run("SELECT label, principal, version FROM review WHERE doc = ?", (doc,))
+                if left:
+                    return {"stale": True, "label": left[0][0], "principal": left[0][1], "version": left[0][2]}
+        return {"label": rows[0][0], "principal": rows[0][1], "version": rows[0][2]} if rows else None
 
     def approve(self, doc: str, version: str, admin: str) -> None:
-        with self.lock:
-            self.db.execute("INSERT OR REPLACE INTO approvals VALUES (?,?,?,?)", (doc, version, admin, now()))
+        self.tables.run("INSERT INTO approvals VALUES (?,?,?,?) ON CONFLICT (doc) DO UPDATE SET version = EXCLUDED.version, "
+                        "principal = EXCLUDED.principal, ts = EXCLUDED.ts", (doc, version, admin, now()))
 
     def approved(self) -> dict[str, str]:
         """Approved documents -> the version approved."""
-        with self.lock:
-            return dict(self.db.execute("SELECT doc, version FROM approvals").fetchall())
+        return {r[0]: r[1] for r in self.tables.run("SELECT doc, version FROM approvals")}
 
     def recent_queries(self, limit: int = 200) -> list[str]:
         """The last ``limit`` distinct questions asked (canonical, redacted: what the audit shows)."""
-        with self.lock:
-            rows = self.db.execute("SELECT query FROM audit WHERE action IN ('query', 'search', 'chat', 'answer') AND query != '' "
-                                   "GROUP BY query ORDER BY MAX(id) DESC LIMIT ?", (limit,)).fetchall()
+        rows = self.tables.run("SELECT query FROM audit WHERE action IN ('query', 'search', 'chat', 'answer') AND query != '' "
+                               "GROUP BY query ORDER BY MAX(id) DESC LIMIT ?", (limit,))
         return [r[0] for r in rows]
 
     # ------------------------------------------------------------ audit trail
@@ -106,11 +109,10 @@ class ServerState:
     def audit(self, principal: str, action: str, query: str, hits: list[dict], decision: str, flags: list[str],
               raw: str = "") -> int:
         """Append a row; returns its id (for ``settle``)."""
-        with self.lock:
-            cur = self.db.execute(
-                "INSERT INTO audit (ts, principal, action, query, hits, decision, flags, raw) VALUES (?,?,?,?,?,?,?,?)",
-                (now(), principal, action, query, json.dumps(hits), decision, json.dumps(flags), raw))
-            return int(cur.lastrowid or 0)
+        rows = self.tables.run(
+            "INSERT INTO audit (ts, principal, action, query, hits, decision, flags, raw) VALUES (?,?,?,?,?,?,?,?) RETURNING id",
+            (now(), principal, action, query, json.dumps(hits), decision, json.dumps(flags), raw))
+        return int(rows[0][0])
 
     def fingerprint(self, text: str) -> str:
         """HMAC-SHA256 of ``text`` under this server's own key: lets an investigator holding
@@ -119,15 +121,13 @@ class ServerState:
 
     def settle(self, row: int, decision: str, flags: list[str]) -> None:
         """The outcome of a row written before the answer was produced."""
-        with self.lock:
-            self.db.execute("UPDATE audit SET decision = ?, flags = ? WHERE id = ?", (decision, json.dumps(flags), row))
+        self.tables.run("UPDATE audit SET decision = ?, flags = ? WHERE id = ?", (decision, json.dumps(flags), row))
 
     def trail(self, limit: int = 100, principal: str | None = None) -> list[dict]:
         sql = "SELECT ts, principal, action, query, hits, decision, flags, raw FROM audit"
         args: tuple = ()
         if principal:
             sql, args = sql + " WHERE principal = ?", (principal,)
-        with self.lock:
-            rows = self.db.execute(sql + " ORDER BY id DESC LIMIT ?", (*args, limit)).fetchall()
+        rows = self.tables.run(sql + " ORDER BY id DESC LIMIT ?", (*args, limit))
         return [{"ts": r[0], "principal": r[1], "action": r[2], "query": r[3], "hits": json.loads(r[4]),
                  "decision": r[5], "flags": json.loads(r[6]), "raw": r[7]} for r in rows]

@@ -10,6 +10,7 @@ from __future__ import annotations
 from pathlib import Path
 
 from ..config import DEFAULT_INDEX, index_location, pg_schema
+from ..errors import MicroRAGError
 from .base import DocRecord, DocUpdate, SearchableStore, Snapshot, Store
 
 
@@ -18,14 +19,17 @@ def default_location() -> str:
     return index_location()
 
 
-def open_store(location: str | Path | None = None, create: bool = True) -> Store:
-    """The store at ``location`` (default: :func:`default_location`)."""
+def open_store(location: str | Path | None = None, create: bool = True, standby: str | None = None) -> Store:
+    """The store at ``location`` (default: :func:`default_location`). ``standby``: a PostgreSQL
+    hot standby of it (a ``postgresql://`` URI, libpq's multi-host form allowed) that takes the reads."""
     loc = str(location or default_location())
     if loc.startswith(("postgresql://", "postgres://")):
         from .postgres import PostgresStore
 
         uri, schema = split_schema(loc)
-        return PostgresStore(uri, schema=schema)
+        return PostgresStore(uri, schema=schema, read_uri=split_schema(standby)[0] if standby else None)
+    if standby:
+        raise MicroRAGError("--standby reads from a PostgreSQL standby: it needs a postgresql:// index")
     from .sqlite import SQLiteStore
 
     return SQLiteStore(Path(loc), create=create)

@@ -15,6 +15,7 @@ import fnmatch
 import json
 from abc import ABC, abstractmethod
 from collections.abc import Collection
+from contextlib import AbstractContextManager, nullcontext
 from dataclasses import dataclass, field
 from pathlib import Path
 
@@ -174,6 +175,15 @@ class Store(ABC):
     def cache_path(self, name: str) -> Path | None:
         """Where a derived, rebuildable file (an HNSW graph) may be cached; ``None``: nowhere."""
         return None
+
+    def reading_after(self, position: str) -> AbstractContextManager[None]:
+        """Reads inside the block see every write up to ``position`` (a caller's last write, as
+        ``committed_position`` gave it): a no-op for one-file stores, where every read sees every write."""
+        return nullcontext()
+
+    def committed_position(self) -> str:
+        """Where the store's write log stands now (``""``: a store without replicas)."""
+        return ""
 
     def identity(self) -> str:
         """Names this store (not its location): derived files of another store, or of an

@@ -22,7 +22,7 @@ import threading
 import zlib
 from collections import Counter
 from collections.abc import Iterator, Mapping, Sequence
-from contextlib import contextmanager, nullcontext
+from contextlib import AbstractContextManager, contextmanager, nullcontext
 from contextvars import ContextVar
 from typing import TYPE_CHECKING, Any
 
@@ -39,6 +39,9 @@ if TYPE_CHECKING:
 
 TERM_SPACE = 999_999_937  # hashed term ids (pgvector caps sparsevec at 1e9 dims); collisions at 1e6 terms ~0.1%
 REWEIGHT_DRIFT = 0.10
+# A query term in at most this share of the visible chunks is "rare": the BM25 leg scores the
+# chunks holding rare terms first and stops there when that is provably exact (``_keyword_top``).
+RARE_SHARE = 0.01
 PG_FORMAT = 2  # 2: keyword statistics per label (format 1, global, is migrated on open)
 
 
@@ -78,7 +81,8 @@ def _pool(uri: str, schema: str, size: int) -> ConnectionPool:
     def configure(conn: psycopg.Connection) -> None:
         conn.execute(f"SET search_path TO {schema}, public")  # schema is checked to be a plain name
 
-    return ConnectionPool(uri, min_size=1, max_size=size, kwargs={"autocommit": True}, configure=configure,
+    return ConnectionPool(uri, min_size=1, max_size=size, kwargs={"autocommit": True, "application_name": "microrag"},
+                          configure=configure,
                           open=True, name=f"microrag-{schema}")
 
 
@@ -183,6 +187,12 @@ class PostgresStore(SearchableStore):
         with self._reader() if read else nullcontext(self.pool) as pool, pool.connection() as conn:
             cur = conn.execute(sql, params)
             return cur.fetchall() if cur.description else []
+
+    def reading_after(self, position: str) -> AbstractContextManager[None]:
+        return reading_after(position)
+
+    def committed_position(self) -> str:
+        return self.committed_lsn()
 
     def committed_lsn(self) -> str:
         """Where the primary's WAL stands now: a standby that replayed this far sees every
@@ -381,34 +391,58 @@ class PostgresStore(SearchableStore):
         Returns ``([(chunk, raw bm25, raw cosine)] in corpus order, the query's BM25
         ceiling)`` - the ceiling (sum of IDF) lets the grounding gate read coverage.
         """
-        terms = sorted({term_id(t) for t in bm25_tokens(query)})
+        tokens = bm25_tokens(query)
+        counts = Counter(term_id(t) for t in tokens)  # a repeated term counts each time, as in memory
+        terms = sorted(counts)
         label_sql, label_args = ("AND label = ANY(%s)", [labels]) if labels is not None else ("", [])
         # the filter narrows candidates only: IDF and the ceiling stay those of the caller's labels
         doc_sql, doc_args = ("AND doc = ANY(%s)", [docs]) if docs is not None else ("", [])
+        where = (f"{label_sql} {doc_sql}", [*label_args, *doc_args])
         with self.transaction(read=True):
+            # One snapshot for every statement below: the statistics and the chunks come from the
+            # same committed ingest, never half of one (READ COMMITTED would re-read per statement).
+            self.x("SET TRANSACTION ISOLATION LEVEL REPEATABLE READ")
+            self.x("SET LOCAL jit = off")  # compiling a plan cost ~25 ms per large scan at 1M (benchmarks/pg_scale.py)
             self.x(f"SET LOCAL hnsw.ef_search = {int(ef_search)}")  # 200: recall@10 >= 0.98 in benchmarks/scale.py
             self.x("SET LOCAL hnsw.iterative_scan = relaxed_order")
             n_chunks = int(self.x(f"SELECT coalesce(sum(n), 0) FROM label_stats WHERE true {label_sql}",
-                                   label_args)[0][0])
+                                  label_args)[0][0])
             dfs = dict(self.x(f"SELECT term, sum(df)::int FROM term_df WHERE term = ANY(%s::bigint[]) {label_sql} "
-                               "GROUP BY term HAVING sum(df) > 0", (terms, *label_args))) if terms else {}
-            q_sparse = sparse_literal({t: lucene_idf(dfs[t], n_chunks) for t in terms if t in dfs})
+                              "GROUP BY term HAVING sum(df) > 0", (terms, *label_args))) if terms else {}
+            weights = {t: counts[t] * lucene_idf(dfs[t], n_chunks) for t in terms if t in dfs}
+            q_sparse = sparse_literal(weights)
             qv = vector_literal(qvec)
             ids = [r[0] for r in self.x(
-                f"SELECT id FROM chunks WHERE embedding IS NOT NULL {label_sql} {doc_sql} ORDER BY embedding <=> %s::vector LIMIT %s",
-                (*label_args, *doc_args, qv, n))]
+                f"SELECT id FROM chunks WHERE embedding IS NOT NULL {where[0]} ORDER BY embedding <=> %s::vector LIMIT %s",
+                (*where[1], qv, n))]
             if dfs:
-                ids += [r[0] for r in self.x(
-                    f"SELECT id FROM chunks WHERE terms && %s::bigint[] {label_sql} {doc_sql} "
-                    "ORDER BY bm25 <#> %s::sparsevec, id LIMIT %s",
-                    (list(dfs), *label_args, *doc_args, q_sparse, n))]
+                ids += self._keyword_top(dfs, weights, n_chunks, q_sparse, where, n)
             rows = self.x('SELECT id, doc, idx, start, "end", text, page, -(bm25 <#> %s::sparsevec), '
-                           "1 - (embedding <=> %s::vector) FROM chunks WHERE id = ANY(%s) ORDER BY doc, idx",
-                           (q_sparse, qv, list(dict.fromkeys(ids))))
+                          "1 - (embedding <=> %s::vector) FROM chunks WHERE id = ANY(%s) ORDER BY doc, idx",
+                          (q_sparse, qv, list(dict.fromkeys(ids))))
         # Terms no chunk has get the highest IDF, as in the in-memory scorer.
-        tokens = bm25_tokens(query)
         ceiling = sum(lucene_idf(dfs.get(term_id(t), 0), n_chunks) for t in tokens)
         return [(Chunk(*r[:7]), float(r[7] or 0.0), float(r[8])) for r in rows], ceiling
+
+    def _keyword_top(self, dfs: dict[int, int], weights: dict[int, float], n_chunks: int, q_sparse: str,
+                     where: tuple[str, list], n: int) -> list[str]:
+        """Ids of the BM25 top ``n``, exactly. Scoring every chunk that holds any query term reads
+        most of the table once a query has a common word (1 s at 1M chunks). So first only
+        chunks holding a *rare* term (df <= ``RARE_SHARE`` of the visible chunks) are scored, with
+        every term: a chunk holding only common terms scores below the sum of their weights
+        (Lucene's per-term weight is < 1), so when the n-th score found reaches that sum, no
+        other chunk can enter the top ``n`` and the result is exact. Otherwise, all of them."""
+        common = [t for t in dfs if dfs[t] > RARE_SHARE * n_chunks]
+        rare = [t for t in dfs if t not in common]
+        if rare and common:
+            rows = self.x(f"SELECT id, -(bm25 <#> %s::sparsevec) FROM chunks WHERE terms && %s::bigint[] {where[0]} "
+                          "ORDER BY bm25 <#> %s::sparsevec, id LIMIT %s", (q_sparse, rare, *where[1], q_sparse, n))
+            bound = sum(weights[t] for t in common)
+            # (a margin for the 6-digit query weights and float32 document weights)
+            if len(rows) == n and float(rows[-1][1]) >= bound * (1 + 1e-5) + 1e-6:
+                return [r[0] for r in rows]
+        return [r[0] for r in self.x(f"SELECT id FROM chunks WHERE terms && %s::bigint[] {where[0]} "
+                                     "ORDER BY bm25 <#> %s::sparsevec, id LIMIT %s", (list(dfs), *where[1], q_sparse, n))]
 
     def relabel(self, doc: str, label: str) -> int:
         with self.transaction():

@@ -125,7 +125,7 @@ def router(ctx: ServerContext) -> APIRouter:
                     cfg.store.relabel(doc, label)
             if on.screening:
                 try:
-                    ctx.reload()  # the upload's chunks and vectors, not live, for the collision probe
+                    ctx.reload(by=who)  # the upload's chunks and vectors, not live, for the collision probe
                     if ctx.engine is not None:
                         held += ctx.screening.copies(ctx.engine, doc, f"api:{who.name}")
                         # ranked against what the uploader may read, never the label DLP gave it
@@ -143,7 +143,7 @@ def router(ctx: ServerContext) -> APIRouter:
                 preview = stored.text[:PREVIEW_CHARS] + (f"\n[... {len(stored.text) - PREVIEW_CHARS} more characters]"
                                                          if len(stored.text) > PREVIEW_CHARS else "")
                 cfg.state.queue(doc, label, who.name, findings, list(dict.fromkeys(flags + held)), version, preview)
-            ctx.reload()
+            ctx.reload(by=who)
         status = "live" if go_live else "held" if who.trusted else "quarantined"
         cfg.state.audit(who.name, "ingest", doc, [], status, list(dict.fromkeys(flags + held)))
         return {"doc": doc, "status": status, "label": label, "chunks": report.chunks_written,
@@ -158,7 +158,7 @@ def router(ctx: ServerContext) -> APIRouter:
         with ctx.lock:
             delete_documents(cfg.store, [doc])
             cfg.state.take(doc)
-            ctx.reload()
+            ctx.reload(by=who)
         cfg.state.audit(who.name, "delete", doc, [], "deleted", [])
         return {"deleted": doc}
 
@@ -186,7 +186,7 @@ def router(ctx: ServerContext) -> APIRouter:
                 cfg.state.approve(doc, entry["version"], who.name)
             else:
                 delete_documents(cfg.store, [doc])
-            ctx.reload()
+            ctx.reload(by=who)
         cfg.state.audit(who.name, "review", doc, [], decision, [])
         return {"doc": doc, "decision": decision}
 
@@ -198,7 +198,7 @@ def router(ctx: ServerContext) -> APIRouter:
             docs = load_documents(cfg.corpus, cfg.settings.markup)
             gone = [d for d in cfg.store.documents() if d not in {x.path for x in docs}]
             report = ingest_documents(cfg.store, docs, cfg.settings, principal=f"operator:{who.name}", prune_missing=gone)
-            ctx.reload()
+            ctx.reload(by=who)
         cfg.state.audit(who.name, "reset", ",".join(cfg.corpus), [], report.summary(), [])
         return {"summary": report.summary(), "generation": report.generation}
 

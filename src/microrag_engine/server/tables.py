@@ -1,0 +1,64 @@
+"""Where the server's own tables live (API keys, rate limits, the review queue, the audit
+trail): one SQLite file beside the index for a lone server, or the index's PostgreSQL
+schema on the primary, shared by every replica. SQL is written once, with ``?``
+placeholders and syntax both dialects read (``ON CONFLICT``, ``RETURNING``).
+"""
+
+from __future__ import annotations
+
+import sqlite3
+import threading
+from pathlib import Path
+from typing import TYPE_CHECKING, Protocol
+
+if TYPE_CHECKING:
+    from ..store.postgres import PostgresStore
+
+
+class Tables(Protocol):
+    """Where server-side tables live: ``run(sql, params) -> rows``, ``?`` placeholders."""
+
+    # The column definition of an auto-numbered primary key in this dialect.
+    serial: str
+
+    def run(self, sql: str, params: tuple = ()) -> list[tuple]: ...
+
+    def add_column(self, table: str, column: str, decl: str) -> None:
+        """Add ``column`` to ``table`` unless it is there (tables written by older releases)."""
+        ...
+
+
+class SqliteTables:
+    """Tables in one SQLite file beside the index (one server process)."""
+
+    serial = "INTEGER PRIMARY KEY"
+
+    def add_column(self, table: str, column: str, decl: str) -> None:
+        if column not in {r[1] for r in self.run(f"PRAGMA table_info({table})")}:
+            self.run(f"ALTER TABLE {table} ADD COLUMN {column} {decl}")
+
+    def __init__(self, path: str | Path) -> None:
+        Path(path).parent.mkdir(parents=True, exist_ok=True)
+        self.db = sqlite3.connect(str(path), check_same_thread=False, isolation_level=None)
+        self.db.execute("PRAGMA journal_mode=WAL")  # readers of the file (an investigator) never block the server
+        self.lock = threading.Lock()
+
+    def run(self, sql: str, params: tuple = ()) -> list[tuple]:
+        with self.lock:
+            return self.db.execute(sql, params).fetchall()
+
+
+class PostgresTables:
+    """Tables in the index's own PostgreSQL schema, on the primary: every replica of the
+    server reads and writes the same rows (keys, revocations, rate limits, the review queue, the audit trail)."""
+
+    serial = "BIGINT GENERATED ALWAYS AS IDENTITY PRIMARY KEY"
+
+    def __init__(self, store: PostgresStore) -> None:
+        self.store = store
+
+    def run(self, sql: str, params: tuple = ()) -> list[tuple]:
+        return self.store.x(sql.replace("?", "%s"), params)
+
+    def add_column(self, table: str, column: str, decl: str) -> None:
+        self.run(f"ALTER TABLE {table} ADD COLUMN IF NOT EXISTS {column} {decl}")
