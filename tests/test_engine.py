@@ -98,7 +98,7 @@ def test_hidden_documents_never_change_what_the_answerer_says(question):
     settings = override(preset("default"), embedder="hash")
     without = Engine.from_documents(public, settings)
     with_secret = Engine.from_documents(public + [secret], settings)
-    with_secret.labels[-len(with_secret.index.chunks) + len(without.index.chunks):] = "restricted"
+    with_secret.relabel(np.arange(len(without.index.chunks), len(with_secret.index.chunks)), "restricted")
     assert set(with_secret.labels) == {"public", "restricted"}
     a = without.ask(question, labels=["public"]).text
     b = with_secret.ask(question, labels=["public"]).text
@@ -116,7 +116,7 @@ def test_a_filter_within_a_clearance_keeps_the_clearance_statistics():
             Document("b/vpn.md", "# VPN\n\nThe VPN uses WireGuard on port 51820 for vacation travel."),
             Document("b/pay.md", "# Pay\n\nPayroll vacation payouts are confidential.")]
     engine = Engine.from_documents(docs, override(preset("default"), embedder="hash"))
-    engine.labels[[i for i, c in enumerate(engine.index.chunks) if c.doc == "b/pay.md"]] = "restricted"
+    engine.relabel([i for i, c in enumerate(engine.index.chunks) if c.doc == "b/pay.md"], "restricted")
     whole = engine.retrieve("vacation days", labels=["public"], safeguards=False)
     only_b = engine.retrieve("vacation days", labels=["public"], safeguards=False, where=DocFilter((("path", "b/*"),)))
     assert [h.chunk.doc for h in only_b.hits] == ["b/vpn.md"]
@@ -281,3 +281,18 @@ def test_a_write_that_changes_no_record_is_derived_again_not_missed(hashed_store
     assert store.documents()["kb/d04.md"] == record
     assert [c.text for c in new.index.chunks if c.doc == "kb/d04.md"] == ["Zebras graze by the office."] * len(rows)
     assert _hits(new.retrieve("zebras graze")) == _hits(Engine.from_store(store, settings, save_derived=False).retrieve("zebras graze"))
+
+
+def test_labels_change_through_relabel_only():
+    """A clearance's mask and keyword view are cached: a label changed in place would go unseen,
+    so the array is read-only and ``relabel`` derives them again."""
+    from microrag_engine.types import Document
+
+    docs = [Document("a.md", "# Leave\n\nEmployees get 20 vacation days."),
+            Document("b.md", "# Pay\n\nVacation payouts are confidential.")]
+    engine = Engine.from_documents(docs, override(preset("default"), embedder="hash"))
+    assert {h.chunk.doc for h in engine.retrieve("vacation", labels=["public"], safeguards=False).hits} == {"a.md", "b.md"}
+    with pytest.raises(ValueError):
+        engine.labels[0] = "restricted"
+    engine.relabel([i for i, c in enumerate(engine.index.chunks) if c.doc == "b.md"], "restricted")
+    assert {h.chunk.doc for h in engine.retrieve("vacation", labels=["public"], safeguards=False).hits} == {"a.md"}

@@ -91,6 +91,9 @@ class Engine:
         self.records = records or {}
         # Per-chunk sensitivity label; in-memory corpora are all public.
         self.labels = np.array(labels if labels is not None else ["public"] * len(index.chunks), dtype=object)
+        # Read-only: masks, keyword views and ANN partitions are derived from it and cached, so a
+        # label changed in place would keep a chunk visible to a clearance (use ``relabel``).
+        self.labels.setflags(write=False)
         self.generation = generation
         # Keyword scorers fitted on what one clearance may read, by label set (see retrieve()).
         self._scoped: dict[tuple[str, ...], KeywordScorer] = {}
@@ -117,6 +120,9 @@ class Engine:
         if remote:
             if settings.keyword != "bm25" or not isinstance(store, SearchableStore):
                 raise ConfigError("database-side retrieval needs a Postgres store and keyword='bm25'")
+            # The generation first: records read after it are at least that new, so a write in
+            # between makes the engine look older than it is (reloaded again), never newer.
+            generation = store.generation()
             meta = store.meta()
             check_compatible(meta, settings)
             records = store.documents()
@@ -125,7 +131,7 @@ class Engine:
             embedder = make_embedder(settings.embedder)
             _warn_drift(meta, embedder.digest)
             index = Index([], None, embedder, np.zeros((0, embedder.dim), dtype=np.float32))
-            return cls(settings, index, [Document(d, "") for d in records], labels=[], generation=store.generation(),
+            return cls(settings, index, [Document(d, "") for d in records], labels=[], generation=generation,
                        store=store, records=records)
         meta = store.meta()
         check_compatible(meta, settings)
@@ -215,6 +221,17 @@ class Engine:
         engine = Engine(self.settings, index, None, labels=labels.tolist(), generation=part.generation, records=part.documents)
         engine.tiers = self.tiers
         return engine
+
+    def relabel(self, chunks: np.ndarray | Sequence[int], label: str) -> None:
+        """Give ``chunks`` (indices or a boolean mask over the index) ``label``, in this engine
+        only (a store relabels documents: ``Store.relabel``); everything derived from labels
+        (masks, clearance views, ANN partitions) is derived again."""
+        labels = self.labels.copy()
+        labels[chunks] = label
+        labels.setflags(write=False)
+        self.labels, self._masks, self._scoped, self._prior = labels, {}, {}, None
+        if self.index.ann is not None:
+            self.index.ann = _maybe_ann(self.index.vectors, self.settings, None, labels)
 
     @property
     def n_documents(self) -> int:

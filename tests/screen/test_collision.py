@@ -28,7 +28,7 @@ Bees make honey from nectar that they evaporate in the hive."""
 
 def _engine(extra: Document) -> Engine:
     eng = Engine.from_documents(load_documents([demo_corpus()]) + [extra], preset("default"))
-    eng.labels[eng.index.chunks.docs() == extra.path] = "_quarantine"  # probed before it goes live
+    eng.relabel(eng.index.chunks.docs() == extra.path, "_quarantine")  # probed before it goes live
     return eng
 
 

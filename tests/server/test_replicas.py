@@ -96,16 +96,12 @@ def _docs(cluster: dict, replica: str, who: str, query: str) -> list[str]:
     return [h["doc"] for h in r.json()["hits"]]
 
 
-def test_both_replicas_read_from_the_standby(cluster):
-    """Each replica holds connections on the standby (it serves their reads) and on the primary."""
-    assert "leave.md" in _docs(cluster, "a", "reader", "How many vacation days do employees get?")
-    assert "leave.md" in _docs(cluster, "b", "reader", "How many vacation days do employees get?")
-    import psycopg
-
-    with psycopg.connect(STANDBY, autocommit=True) as conn:
-        assert conn.execute("SELECT pg_is_in_recovery()").fetchone()[0]
-        readers = conn.execute("SELECT count(*) FROM pg_stat_activity WHERE application_name = 'microrag'").fetchone()[0]
-    assert readers >= 2
+def test_both_replicas_serve_and_the_standby_is_one(cluster):
+    """(That reads go to the standby is shown below: with its replay paused, a replica does not
+    see an upload the primary has.)"""
+    for replica in ("a", "b"):
+        assert "leave.md" in _docs(cluster, replica, "reader", "How many vacation days do employees get?")
+    assert _standby("SELECT pg_is_in_recovery()")[0]
 
 
 def _standby(sql: str) -> tuple:

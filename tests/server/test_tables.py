@@ -86,3 +86,16 @@ def test_shared_rate_limit_spends_one_budget(pg_tables):
     assert one.exhausted("rita") and other.exhausted("rita")
     assert not one.exhausted("sam") and one.allow("sam")  # budgets are per caller
     assert SharedRateLimiter(pg_tables, 5, "wrong-keys").allow("rita")  # and per scope
+
+
+@needs_pg
+def test_shared_rate_limit_holds_under_concurrent_requests(pg_tables):
+    """Requests racing on two limiters (two replicas) never pass more than the limit."""
+    from concurrent.futures import ThreadPoolExecutor
+
+    from microrag_engine.server.context import SharedRateLimiter
+
+    limiters = [SharedRateLimiter(pg_tables, 7, "requests") for _ in range(2)]
+    with ThreadPoolExecutor(8) as pool:
+        passed = list(pool.map(lambda i: limiters[i % 2].allow("crowd"), range(40)))
+    assert passed.count(True) == 7

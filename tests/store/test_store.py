@@ -570,3 +570,20 @@ def test_postgres_first_ingest_of_wordless_text_is_not_a_crash(tmp_path):
     finally:
         store.drop()
         store.close()
+
+
+def test_relabel_names_the_version_it_publishes(store, tmp_path):
+    """Publishing what was screened or approved: a relabel naming an older version changes nothing."""
+    from microrag_engine.store.base import StaleVersion
+
+    docs = write(tmp_path / "docs", {"a.md": "---\nlabel: _quarantine\n---\nThe first version of the page."})
+    ingest_paths(store, [docs], SEED)
+    first = store.documents()["a.md"].content_hash
+    (docs / "a.md").write_text("---\nlabel: _quarantine\n---\nA second version, uploaded meanwhile.")
+    ingest_paths(store, [docs], SEED)
+    generation = store.generation()
+    with pytest.raises(StaleVersion, match="changed since"):
+        store.relabel("a.md", "public", version=first)
+    assert store.documents()["a.md"].label == "_quarantine" and store.generation() == generation
+    store.relabel("a.md", "public", version=store.documents()["a.md"].content_hash)
+    assert store.documents()["a.md"].label == "public"

@@ -61,8 +61,8 @@ class SharedRateLimiter:
     """Per-principal budget kept in the PostgreSQL primary, so N replicas allow the limit once,
     not N times. Counts per minute of the database's clock; the last minute's count weighs by
     the share of it still inside the window (a sliding-window estimate: one row per caller and
-    minute, one statement per request). Two replicas admitting at the same instant may let one
-    request over the limit."""
+    minute, one statement per request), checked again on the locked row, so concurrent requests
+    on any number of replicas cannot overrun it."""
 
     def __init__(self, tables: PostgresTables, per_minute: int, scope: str) -> None:
         self.tables, self.per_minute, self.scope = tables, per_minute, scope
@@ -76,9 +76,15 @@ class SharedRateLimiter:
              "FROM b LEFT JOIN rate_hits r ON r.scope = ? AND r.who = ? AND r.minute IN (b.cur, b.cur - 1)) ")
 
     def allow(self, who: str) -> bool:
-        rows = self.tables.run(self._SEEN + "INSERT INTO rate_hits (scope, who, minute, n) SELECT ?, ?, b.cur, 1 FROM b, seen "
-                               "WHERE seen.est < ? ON CONFLICT (scope, who, minute) DO UPDATE SET n = rate_hits.n + 1 "
-                               "RETURNING minute", (self.scope, who, self.scope, who, self.per_minute))
+        # The test is made again in DO UPDATE, on the row as locked: concurrent requests that all
+        # read "one left" cannot all pass (only this minute's count can have moved meanwhile).
+        rows = self.tables.run(
+            self._SEEN + ", prev AS (SELECT seen.est - coalesce((SELECT r.n FROM rate_hits r, b WHERE r.scope = ? AND r.who = ? "
+            "AND r.minute = b.cur), 0) AS w FROM seen) "
+            "INSERT INTO rate_hits (scope, who, minute, n) SELECT ?, ?, b.cur, 1 FROM b, seen WHERE seen.est < ? "
+            "ON CONFLICT (scope, who, minute) DO UPDATE SET n = rate_hits.n + 1 "
+            "WHERE rate_hits.n + (SELECT w FROM prev) < ? RETURNING minute",
+            (self.scope, who, self.scope, who, self.scope, who, self.per_minute, self.per_minute))
         if rows and rows[0][0] != self.swept:  # a new minute: rows two minutes old count for nobody
             self.swept = rows[0][0]
             self.tables.run("DELETE FROM rate_hits WHERE minute < ?", (self.swept - 1,))
@@ -105,6 +111,7 @@ class ServerContext:
         self.lock = threading.RLock()  # one writer at a time
         self._engine: Engine | None = None
         self.checked = 0.0  # when the store's generation was last compared with the engine's
+        self.seen = 0  # the store's generation when the engine was last loaded
         shared = cfg.keys.tables if isinstance(cfg.keys.tables, PostgresTables) else None
         # Replicas on one PostgreSQL share one budget per caller; a lone server counts in memory.
         self.limiter: Limiter = SharedRateLimiter(shared, cfg.rate_per_minute, "requests") if shared \
@@ -125,10 +132,13 @@ class ServerContext:
         replica is writing right now (the request goes on with the engine it has)."""
         engine = self._engine
         wrote = who.wrote if who is not None else ""
-        if engine is not None and engine.store is not None and (wrote or time.monotonic() - self.checked > SHARED_CHECK_S):
+        # (an engine that holds the corpus is reloaded by this process's writes only; an empty
+        # index is looked at again, since another replica or `microrag ingest` may fill it)
+        shared = engine is None or engine.store is not None
+        if shared and (wrote or time.monotonic() - self.checked > SHARED_CHECK_S):
             self.checked = time.monotonic()
             with self.cfg.store.reading_after(wrote):
-                newer = self.cfg.store.generation() > engine.generation
+                newer = self.cfg.store.generation() > self.seen
             if newer and self.lock.acquire(blocking=False):
                 try:
                     with self.cfg.store.reading_after(wrote):
@@ -143,6 +153,7 @@ class ServerContext:
         if by is not None and by is not ANONYMOUS:
             self.cfg.keys.wrote(by.name, self.cfg.store.committed_position())
         with self.lock:
+            self.seen = self.cfg.store.generation()  # (before the records: see Engine.from_store)
             # Postgres + BM25: retrieval runs in the database (stateless replicas); else loaded here.
             # The derived files are saved at start only: after a write (under this lock) saving a
             # generation the next write replaces would only delay the swap. After a write the

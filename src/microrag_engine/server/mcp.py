@@ -176,14 +176,16 @@ def _cited(sources: Sequence[dict[str, Any]]) -> list[Source]:
     return [Source(**{**s, "citation": f"[source: {citation_of(s['doc'], s['chunk'], s['page'])}]"}) for s in sources]
 
 
-def _chunks_of(engine: Engine, doc: str) -> list[Chunk]:
+def _chunks_of(engine: Engine, doc: str, who: Principal) -> list[Chunk]:
+    """``doc``'s chunks that ``who`` may read, each by its own label as stored now."""
     if engine.store is not None:
-        # Retrieval runs in the database (Postgres): this process holds no chunks to look in.
-        # A snapshot reads the whole store: a Store.chunks(doc) would make this one query.
-        found = [c for c in engine.store.snapshot().chunks if c.doc == doc]
+        # Retrieval runs in the database (Postgres): this process holds no chunks to look in. Read
+        # fresh, with their labels: the engine's records may be a second old (another replica's write).
+        part = engine.store.snapshot_of([doc])
+        found = [c for c, label in zip(part.chunks, part.labels) if c.doc == doc and who.may_read(label)]
     else:
         table = engine.index.chunks  # by its document column: no chunk object is built for the others
-        found = [table[int(i)] for i in np.flatnonzero(table.docs() == doc)]
+        found = [table[int(i)] for i in np.flatnonzero(table.docs() == doc) if who.may_read(str(engine.labels[int(i)]))]
     return sorted(found, key=lambda c: c.index)
 
 
@@ -275,7 +277,7 @@ def build(ctx: ServerContext, caller: Caller) -> MCPServer:
             if sep and k.isascii() and k.isdigit():
                 doc, number = name, int(k)
         rec = records.get(doc)
-        chunks = _chunks_of(eng, doc) if eng is not None and rec is not None and who.may_read(rec.label) else []
+        chunks = _chunks_of(eng, doc, who) if eng is not None and rec is not None and who.may_read(rec.label) else []
         if number is not None:
             chunks = [c for c in chunks if c.index == number]
         # The audit reads the id as the checks read text; one holding a secret is kept as a keyed hash.

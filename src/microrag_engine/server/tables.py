@@ -61,4 +61,8 @@ class PostgresTables:
         return self.store.x(sql.replace("?", "%s"), params)
 
     def add_column(self, table: str, column: str, decl: str) -> None:
-        self.run(f"ALTER TABLE {table} ADD COLUMN IF NOT EXISTS {column} {decl}")
+        # Looked up first: ALTER TABLE locks the table against every replica's reads, even when
+        # the column is there, and replicas run this at every start.
+        if not self.run("SELECT 1 FROM information_schema.columns WHERE table_schema = ? AND table_name = ? "
+                        "AND column_name = ?", (self.store.schema, table, column)):
+            self.run(f"ALTER TABLE {table} ADD COLUMN IF NOT EXISTS {column} {decl}")

@@ -21,9 +21,14 @@ from pathlib import Path
 
 import numpy as np
 
+from ..errors import MicroRAGError
 from ..types import Chunk
 
 FORMAT_VERSION = 1
+
+
+class StaleVersion(MicroRAGError):
+    """The document changed since the version a relabel names (``Store.relabel``)."""
 # Settings that change what is stored; a query with other values would be wrong.
 BOUND_SETTINGS = ("chunker", "size", "overlap", "max_tokens", "embedder")
 
@@ -162,8 +167,11 @@ class Store(ABC):
         """Bumped by every successful ``apply``; tells readers their copy is stale."""
 
     @abstractmethod
-    def relabel(self, doc: str, label: str) -> int:
-        """Change one document's sensitivity label in one transaction; return the new generation."""
+    def relabel(self, doc: str, label: str, version: str | None = None) -> int:
+        """Change one document's sensitivity label in one transaction; return the new generation.
+        With ``version`` (a content hash), only if that is still the stored version: what was
+        screened or approved goes live, never a newer upload that replaced it meanwhile
+        (another replica's). Raises ``StaleVersion`` otherwise."""
 
     @abstractmethod
     def check(self) -> list[str]:
@@ -179,6 +187,11 @@ class Store(ABC):
     def reading_after(self, position: str) -> AbstractContextManager[None]:
         """Reads inside the block see every write up to ``position`` (a caller's last write, as
         ``committed_position`` gave it): a no-op for one-file stores, where every read sees every write."""
+        return nullcontext()
+
+    def writing(self) -> AbstractContextManager[None]:
+        """Reads inside the block serve a write (ownership, what changed): from the primary, where a
+        store has standbys. A no-op for one-file stores."""
         return nullcontext()
 
     def committed_position(self) -> str:

@@ -17,14 +17,16 @@ This module needs the ``postgres`` extra (psycopg).
 
 from __future__ import annotations
 
+import logging
 import re
 import threading
 import zlib
 from collections import Counter
-from collections.abc import Iterator, Mapping, Sequence
-from contextlib import AbstractContextManager, contextmanager, nullcontext
+from collections.abc import Collection, Iterator, Mapping, Sequence
+from contextlib import AbstractContextManager, contextmanager
 from contextvars import ContextVar
 from typing import TYPE_CHECKING, Any
+from weakref import WeakKeyDictionary
 
 import numpy as np
 
@@ -32,7 +34,7 @@ from ..errors import MicroRAGError
 from ..index.keyword import lucene_idf
 from ..text import bm25_tokens
 from ..types import Chunk
-from .base import DocRecord, DocUpdate, SearchableStore, Snapshot, check_snapshot, decode_meta, encode_meta
+from .base import DocRecord, DocUpdate, SearchableStore, Snapshot, StaleVersion, check_snapshot, decode_meta, encode_meta
 
 if TYPE_CHECKING:
     from psycopg_pool import ConnectionPool
@@ -47,6 +49,20 @@ PG_FORMAT = 2  # 2: keyword statistics per label (format 1, global, is migrated 
 
 # The WAL position a read must see, for the caller being served (``reading_after``).
 READ_AFTER: ContextVar[str] = ContextVar("microrag_read_after", default="")
+# Reads that serve a write (``PostgresStore.writing``) go to the primary.
+WRITING: ContextVar[bool] = ContextVar("microrag_writing", default=False)
+STANDBY_WAIT_S = 5.0  # for a standby connection, before reading from the primary instead
+
+log = logging.getLogger("microrag")
+
+
+@contextmanager
+def _flag(var: ContextVar[bool]) -> Iterator[None]:
+    token = var.set(True)
+    try:
+        yield
+    finally:
+        var.reset(token)
 
 
 @contextmanager
@@ -126,7 +142,11 @@ class PostgresStore(SearchableStore):
         self._local = threading.local()
         self.pool = _pool(uri, schema, pool_size)
         self.read_pool = _pool(read_uri, schema, pool_size) if read_uri else None
-        self._wrote = self._replayed = 0  # WAL positions: this process's last write; the standby's last seen replay
+        self._wrote = 0  # the primary's WAL position after this process's last write
+        self._wrote_lock = threading.Lock()
+        # The replay position last seen on each standby connection (it only grows on one server;
+        # a restarted one drops its connections).
+        self._replayed: WeakKeyDictionary[Any, int] = WeakKeyDictionary()
         self.x("CREATE EXTENSION IF NOT EXISTS vector")
         self.x(f"CREATE SCHEMA IF NOT EXISTS {schema}")
         self.x("CREATE TABLE IF NOT EXISTS meta (key TEXT PRIMARY KEY, value TEXT NOT NULL)")
@@ -149,11 +169,11 @@ class PostgresStore(SearchableStore):
     def transaction(self, read: bool = False) -> Iterator[None]:
         """One transaction on one pooled connection: every ``x`` inside runs on it. A nested
         call joins the outer transaction. ``read=True`` runs on the standby when there is one
-        and it has replayed whatever this context must see (``reading_after``)."""
+        and it has replayed whatever this context must see (``_connection``)."""
         if getattr(self._local, "conn", None) is not None:
             yield
             return
-        with self._reader() if read else nullcontext(self.pool) as pool, pool.connection() as conn, conn.transaction():
+        with self._connection(read) as conn, conn.transaction():
             self._local.conn = conn
             try:
                 yield
@@ -161,35 +181,55 @@ class PostgresStore(SearchableStore):
                 self._local.conn = None
 
     @contextmanager
-    def _reader(self) -> Iterator[ConnectionPool]:
-        """The pool a read uses: the standby, unless it has not yet replayed what this read
-        must see - this process's own last write, or the caller's (``reading_after``)."""
-        if self.read_pool is None:
-            yield self.pool
+    def _connection(self, read: bool) -> Iterator[Any]:
+        """A pooled connection: the primary's, or for a read the standby's, unless that standby
+        has not replayed what the read must see (this process's last write, the caller's:
+        ``reading_after``), the read serves a write (``writing``), or the standby is down."""
+        if not read or self.read_pool is None or WRITING.get():
+            with self.pool.connection() as conn:
+                yield conn
             return
+        from psycopg import OperationalError
+        from psycopg_pool import PoolTimeout
+
         need = max(lsn_number(READ_AFTER.get()), self._wrote)
-        if need > self._replayed:
-            with self.read_pool.connection() as conn:
-                row = conn.execute("SELECT pg_last_wal_replay_lsn()::text").fetchone()
-            self._replayed = max(self._replayed, lsn_number(row[0] if row and row[0] else ""))
-            if need > self._replayed:
-                yield self.pool  # the standby lags behind: read from the primary this time
-                return
-        yield self.read_pool
+        try:
+            standby = self.read_pool.getconn(timeout=STANDBY_WAIT_S)
+        except (PoolTimeout, OperationalError) as exc:
+            log.warning("the standby did not answer (%s); reading from the primary", type(exc).__name__)
+            standby = None
+        if standby is not None:
+            try:
+                # Checked on this very connection: behind a multi-host URI each may reach another standby.
+                if need <= self._replayed.get(standby, 0) or self._caught_up(standby, need):
+                    yield standby
+                    return
+            finally:
+                self.read_pool.putconn(standby)
+        with self.pool.connection() as conn:  # the standby lags behind (or is down): the primary this time
+            yield conn
+
+    def _caught_up(self, conn: Any, need: int) -> bool:
+        row = conn.execute("SELECT pg_last_wal_replay_lsn()::text").fetchone()
+        self._replayed[conn] = lsn_number(row[0] if row and row[0] else "")
+        return self._replayed[conn] >= need
 
     def x(self, sql: str, params: Sequence[Any] | Mapping[str, Any] | None = None, read: bool = False) -> list[tuple]:
         """Run one statement (in the current transaction, else on its own connection; ``read``:
-        where ``_reader`` says) and return its rows."""
+        where ``_connection`` says) and return its rows."""
         conn = getattr(self._local, "conn", None)
         if conn is not None:
             cur = conn.execute(sql, params)
             return cur.fetchall() if cur.description else []
-        with self._reader() if read else nullcontext(self.pool) as pool, pool.connection() as conn:
+        with self._connection(read) as conn:
             cur = conn.execute(sql, params)
             return cur.fetchall() if cur.description else []
 
     def reading_after(self, position: str) -> AbstractContextManager[None]:
         return reading_after(position)
+
+    def writing(self) -> AbstractContextManager[None]:
+        return _flag(WRITING)
 
     def committed_position(self) -> str:
         return self.committed_lsn()
@@ -198,7 +238,8 @@ class PostgresStore(SearchableStore):
         """Where the primary's WAL stands now: a standby that replayed this far sees every
         write committed before the call (read-your-writes across replicas)."""
         lsn = str(self.x("SELECT pg_current_wal_lsn()::text")[0][0])
-        self._wrote = max(self._wrote, lsn_number(lsn))
+        with self._wrote_lock:
+            self._wrote = max(self._wrote, lsn_number(lsn))
         return lsn
 
     def _add_column(self, table: str, name: str, decl: str) -> None:
@@ -268,6 +309,12 @@ class PostgresStore(SearchableStore):
         return int(rows[0][0]) if rows else 0
 
     def snapshot(self) -> Snapshot:
+        return self._snapshot(None)
+
+    def snapshot_of(self, docs: Collection[str]) -> Snapshot:
+        return self._snapshot(list(docs))
+
+    def _snapshot(self, only: list[str] | None) -> Snapshot:
         # REPEATABLE READ: every statement below sees the same committed state.
         with self.transaction(read=True):
             self.x("SET TRANSACTION ISOLATION LEVEL REPEATABLE READ")
@@ -276,7 +323,8 @@ class PostgresStore(SearchableStore):
             rows = []
             if meta.get("dim"):
                 rows = self.x('SELECT id, doc, idx, start, "end", text, embedding::text, label, page FROM chunks '
-                               "ORDER BY doc, idx")
+                              + ("WHERE doc = ANY(%s) " if only is not None else "") + "ORDER BY doc, idx",
+                              (only,) if only is not None else None)
         chunks = [Chunk(r[0], r[1], r[2], r[3], r[4], r[5], r[8]) for r in rows]
         dim = int(meta.get("dim", 0) or 0)
         vectors = (np.array([np.fromstring(r[6][1:-1], sep=",", dtype=np.float32) for r in rows], dtype=np.float32)
@@ -444,11 +492,14 @@ class PostgresStore(SearchableStore):
         return [r[0] for r in self.x(f"SELECT id FROM chunks WHERE terms && %s::bigint[] {where[0]} "
                                      "ORDER BY bm25 <#> %s::sparsevec, id LIMIT %s", (list(dfs), *where[1], q_sparse, n))]
 
-    def relabel(self, doc: str, label: str) -> int:
+    def relabel(self, doc: str, label: str, version: str | None = None) -> int:
         with self.transaction():
-            self.x("LOCK TABLE meta IN EXCLUSIVE MODE")
-            if not self.x("UPDATE documents SET label = %s WHERE doc = %s RETURNING doc", (label, doc)):
+            self.x("LOCK TABLE meta IN EXCLUSIVE MODE")  # (after it: the version read below is the latest)
+            rows = self.x("UPDATE documents SET label = %s WHERE doc = %s RETURNING content_hash", (label, doc))
+            if not rows:
                 raise MicroRAGError(f"no such document {doc!r}")
+            if version is not None and rows[0][0] != version:
+                raise StaleVersion(f"{doc!r} changed since version {version[:12]} (now {rows[0][0][:12]})")
             self._count_terms(doc, -1)
             self.x("UPDATE chunks SET label = %s WHERE doc = %s", (label, doc))
             self._count_terms(doc, +1)

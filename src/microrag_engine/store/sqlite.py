@@ -21,7 +21,7 @@ import numpy as np
 from ..errors import MicroRAGError
 from ..index.saved import verify
 from ..types import Chunk
-from .base import FORMAT_VERSION, DocRecord, DocUpdate, Snapshot, Store, check_snapshot, decode_meta, encode_meta
+from .base import FORMAT_VERSION, DocRecord, DocUpdate, Snapshot, StaleVersion, Store, check_snapshot, decode_meta, encode_meta
 
 SCHEMA = """
 CREATE TABLE IF NOT EXISTS meta (key TEXT PRIMARY KEY, value TEXT NOT NULL);
@@ -185,11 +185,14 @@ class SQLiteStore(Store):
             raise
         return gen
 
-    def relabel(self, doc: str, label: str) -> int:
+    def relabel(self, doc: str, label: str, version: str | None = None) -> int:
         self.db.execute("BEGIN IMMEDIATE")
         try:
             if not self.db.execute("UPDATE documents SET label = ? WHERE doc = ?", (label, doc)).rowcount:
                 raise MicroRAGError(f"no such document {doc!r}")
+            stored = self.db.execute("SELECT content_hash FROM documents WHERE doc = ?", (doc,)).fetchone()[0]
+            if version is not None and stored != version:
+                raise StaleVersion(f"{doc!r} changed since version {version[:12]} (now {stored[:12]})")
             gen = self.generation() + 1
             self.db.execute("INSERT OR REPLACE INTO meta VALUES ('generation', ?)", (str(gen),))
             self.db.execute("COMMIT")

@@ -18,6 +18,7 @@ from ... import guard
 from ...errors import MicroRAGError
 from ...ingest import delete_documents, guarded, ingest_documents
 from ...load import jsonl_documents, load_documents, parse_upload
+from ...store.base import StaleVersion
 from ...types import Document
 from ..auth import ANONYMOUS, Principal
 from ..context import ServerContext
@@ -72,6 +73,12 @@ def router(ctx: ServerContext) -> APIRouter:
     router = APIRouter()
     cfg, on = ctx.cfg, ctx.on
 
+    def _relabel(doc: str, label: str, version: str) -> None:
+        try:
+            cfg.store.relabel(doc, label, version=version)
+        except StaleVersion as exc:
+            raise HTTPException(409, f"{exc}: another upload replaced it meanwhile; review or upload again") from None
+
     @router.get("/documents")
     def documents(who: Principal = Depends(ctx.principal)) -> list[dict]:
         docs = cfg.store.documents().values()
@@ -99,8 +106,10 @@ def router(ctx: ServerContext) -> APIRouter:
         if not any(d.text.strip() for d in docs):
             raise MicroRAGError("the upload holds no text (an HTML page with nothing visible, or empty records)")
         doc = name if name in {d.path for d in docs} else docs[0].path
+        with cfg.store.writing():  # ownership as the primary has it, not a lagging standby
+            stored_now = cfg.store.documents()
         for d in docs:
-            owner = cfg.store.documents().get(d.path)
+            owner = stored_now.get(d.path)
             if owner is not None and on.namespaced_uploads and owner.principal != f"api:{who.name}":
                 raise HTTPException(409, f"{d.path!r} belongs to someone else; upload under another name")
         label = body.label or "public"
@@ -115,14 +124,18 @@ def router(ctx: ServerContext) -> APIRouter:
         # The stored form and its DLP verdict, from the text itself: an unchanged re-upload writes
         # nothing, so the ingest report would say nothing (and "restricted" must stick).
         stored, restrict, _ = guarded(docs[0], cfg.settings, on.visible_store)
-        with ctx.lock:
+        # (writing: every read below comes from the primary - another replica may have just written)
+        with ctx.lock, cfg.store.writing():
             report = ingest_documents(cfg.store, docs, cfg.settings, label=label if live_now else QUARANTINE,
                                       principal=f"api:{who.name}", visible=on.visible_store)
             findings = report.findings.get(doc, {})
+            # The version screened is the version that goes live: a newer upload of the same name
+            # through another replica meanwhile makes the relabel fail (409), never go live unread.
+            version = cfg.store.documents()[doc].content_hash
             if restrict and cfg.settings.dlp == "label":
                 label = "restricted"
                 if live_now:
-                    cfg.store.relabel(doc, label)
+                    _relabel(doc, label, version)
             if on.screening:
                 try:
                     ctx.reload(by=who)  # the upload's chunks and vectors, not live, for the collision probe
@@ -135,11 +148,10 @@ def router(ctx: ServerContext) -> APIRouter:
                     held.append(f"screening failed ({type(exc).__name__}): held for review")
             go_live = who.trusted and not held
             if go_live and not live_now:
-                cfg.store.relabel(doc, label)
+                _relabel(doc, label, version)
             if not go_live:
                 # The queue shows what will go live - the stored form, homoglyphs and all - and
                 # its version; approval names that version. Held uploads carry the reasons.
-                version = cfg.store.documents()[doc].content_hash
                 preview = stored.text[:PREVIEW_CHARS] + (f"\n[... {len(stored.text) - PREVIEW_CHARS} more characters]"
                                                          if len(stored.text) > PREVIEW_CHARS else "")
                 cfg.state.queue(doc, label, who.name, findings, list(dict.fromkeys(flags + held)), version, preview)
@@ -151,11 +163,12 @@ def router(ctx: ServerContext) -> APIRouter:
 
     @router.delete("/documents/{doc:path}")
     def delete(doc: str, who: Principal = Depends(ctx.need("contributor"))) -> dict:
-        record = cfg.store.documents().get(doc)
+        with cfg.store.writing():
+            record = cfg.store.documents().get(doc)
         # Ownership is provenance (who uploaded it), not a path prefix a key name could mimic.
         if who.role != "admin" and (record is None or record.principal != f"api:{who.name}"):
             raise HTTPException(403, "you may only delete your own documents")
-        with ctx.lock:
+        with ctx.lock, cfg.store.writing():
             delete_documents(cfg.store, [doc])
             cfg.state.take(doc)
             ctx.reload(by=who)
@@ -174,7 +187,7 @@ def router(ctx: ServerContext) -> APIRouter:
             raise HTTPException(404, "use /review/<doc>/approve?version=<version> or /review/<doc>/reject")
         if decision == "approve" and not version:
             raise HTTPException(422, "approving needs ?version=<the version shown by GET /review>")
-        with ctx.lock:
+        with ctx.lock, cfg.store.writing():
             entry = cfg.state.take(doc, version if decision == "approve" else None)
             if entry is None:
                 raise HTTPException(404, f"{doc!r} is not waiting for review")
@@ -182,7 +195,7 @@ def router(ctx: ServerContext) -> APIRouter:
                 raise HTTPException(409, f"{doc!r} changed since that version was shown (now {entry['version'][:12]}); "
                                          "review it again")
             if decision == "approve":
-                cfg.store.relabel(doc, entry["label"])
+                _relabel(doc, entry["label"], entry["version"])
                 cfg.state.approve(doc, entry["version"], who.name)
             else:
                 delete_documents(cfg.store, [doc])
@@ -194,7 +207,7 @@ def router(ctx: ServerContext) -> APIRouter:
     def reset(who: Principal = Depends(ctx.need("admin"))) -> dict:
         if not cfg.corpus:
             raise MicroRAGError("this server was started without a corpus to reset from (serve --corpus PATH)")
-        with ctx.lock:
+        with ctx.lock, cfg.store.writing():
             docs = load_documents(cfg.corpus, cfg.settings.markup)
             gone = [d for d in cfg.store.documents() if d not in {x.path for x in docs}]
             report = ingest_documents(cfg.store, docs, cfg.settings, principal=f"operator:{who.name}", prune_missing=gone)
