@@ -99,3 +99,21 @@ def test_shared_rate_limit_holds_under_concurrent_requests(pg_tables):
     with ThreadPoolExecutor(8) as pool:
         passed = list(pool.map(lambda i: limiters[i % 2].allow("crowd"), range(40)))
     assert passed.count(True) == 7
+
+
+@needs_pg
+def test_a_postgres_servers_old_local_files_are_adopted_once(pg_tables, tmp_path):
+    """Before replicas a PostgreSQL server kept keys and state in files: they move into the
+    database at its next start (keys still work, the queue can be approved, fingerprints match)."""
+    from microrag_engine.server.tables import adopt
+
+    old_keys, old_state = KeyStore(tmp_path / "keys.sqlite"), ServerState(tmp_path / "server.sqlite")
+    key = old_keys.add("rita", "reader", ["public"])
+    old_state.queue("held.md", "public", "bob", {}, ["held: x"], "v1", "preview")
+    old_state.audit("rita", "search", "vpn port", [], "answered", [])
+    keys, state = KeyStore(pg_tables), ServerState(pg_tables)
+    assert adopt(pg_tables, tmp_path / "keys.sqlite", tmp_path / "server.sqlite") == ["1 keys", "1 review", "1 audit"]
+    assert keys.resolve(key).name == "rita"
+    assert [e["doc"] for e in state.pending()] == ["held.md"] and state.trail(5)[0]["query"] == "vpn port"
+    assert ServerState(pg_tables).fingerprint("q") == old_state.fingerprint("q")
+    assert adopt(pg_tables, tmp_path / "keys.sqlite", tmp_path / "server.sqlite") == []  # once

@@ -20,7 +20,7 @@ from ..server.auth import KeyStore
 from ..server.config import ServerConfig
 from ..server.defences import HARDENED, LAB, PROFILES, Profile
 from ..server.state import ServerState
-from ..server.tables import PostgresTables
+from ..server.tables import PostgresTables, adopt
 from ..store import default_location, open_store
 from ..store.postgres import PostgresStore
 from .keys import server_dir
@@ -98,8 +98,13 @@ def server_config(args: argparse.Namespace, profile: Profile = HARDENED, **extra
     # shared by every replica; a server on a folder keeps them in SQLite files beside it.
     shared = PostgresTables(store) if isinstance(store, PostgresStore) else None
     keys = KeyStore(shared or sdir / "keys.sqlite")
+    state = ServerState(shared or sdir / "server.sqlite")
+    if shared is not None:  # a server of an older release kept them in files here: adopt them once
+        adopted = adopt(shared, sdir / "keys.sqlite", sdir / "server.sqlite")
+        if adopted and not args.quiet:
+            diag(f"moved into the database from {sdir}/: {', '.join(adopted)} (those files are no longer read)")
     return ServerConfig(store=store, settings=settings, keys=keys,
-                        state=ServerState(shared or sdir / "server.sqlite"), corpus=list(args.corpus or []),
+                        state=state, corpus=list(args.corpus or []),
                         llm=LLMConfig.from_env(), allow_anonymous=not args.no_anonymous,
                         defences=profile.defences,
                         input_guard=args.input_guard, tools_dir=Path(args.tools_dir) if args.tools_dir else None,

@@ -66,3 +66,40 @@ class PostgresTables:
         if not self.run("SELECT 1 FROM information_schema.columns WHERE table_schema = ? AND table_name = ? "
                         "AND column_name = ?", (self.store.schema, table, column)):
             self.run(f"ALTER TABLE {table} ADD COLUMN IF NOT EXISTS {column} {decl}")
+
+
+# What a PostgreSQL server kept in files beside its working directory before replicas:
+# (table, columns) adopted once into the database (``adopt``).
+ADOPTED = (("keys", "id, name, role, clearance, trusted, hash, created, revoked"),
+           ("review", "doc, label, principal, submitted, findings, flags, version, preview"),
+           ("approvals", "doc, version, principal, ts"),
+           ("audit", "ts, principal, action, query, hits, decision, flags, raw"))
+
+
+def adopt(shared: PostgresTables, keys_file: Path, state_file: Path) -> list[str]:
+    """Copy a PostgreSQL server's old local files (``keys.sqlite``, ``server.sqlite``) into the
+    database, once: keys, the review queue, approvals, the audit trail and its key (so old
+    fingerprints still match). Only into empty tables; returns what was copied."""
+    done = []
+    for path, tables in ((keys_file, ADOPTED[:1]), (state_file, ADOPTED[1:])):
+        if not path.is_file():
+            continue
+        local = SqliteTables(path)
+        present = {r[0] for r in local.run("SELECT name FROM sqlite_master WHERE type = 'table'")}
+        for table, columns in tables:
+            if table not in present or shared.run(f"SELECT 1 FROM {table} LIMIT 1"):
+                continue
+            have = {r[1] for r in local.run(f"PRAGMA table_info({table})")}
+            cols = [c.strip() for c in columns.split(",") if c.strip() in have]
+            rows = local.run(f"SELECT {', '.join(cols)} FROM {table}" + (" ORDER BY id" if table == "audit" else ""))
+            for row in rows:
+                shared.run(f"INSERT INTO {table} ({', '.join(cols)}) VALUES ({', '.join('?' * len(cols))})", tuple(row))
+            if rows:
+                done.append(f"{len(rows)} {table}")
+            if table == "audit" and rows:
+                home = "server_meta" if "server_meta" in present else "meta" if "meta" in present else ""
+                old = [r[0] for r in local.run(f"SELECT value FROM {home} WHERE key = 'audit_key'")] if home else []
+                if old:
+                    shared.run("UPDATE server_meta SET value = ? WHERE key = 'audit_key'", (old[0],))
+        local.db.close()
+    return done
