@@ -37,6 +37,8 @@ from typing import Any
 
 import numpy as np
 
+from .embed import cosines
+
 log = logging.getLogger("microrag")
 
 CACHE_FORMAT = 2  # 2: a folder of per-label graphs (1 was one hnsw-<generation>.faiss file)
@@ -149,9 +151,9 @@ class HNSW:
         """(global ids, exact scores) of the best ``n`` in ``part`` (at ``pos`` only, if given)."""
         if pos is not None and (part.graph is None or pos.size <= self.exact_max):
             ids = part.ids[pos]  # few visible rows: score them exactly
-            return _best(ids, (part.block[pos] if part.block is not None else self.vectors[ids]) @ q, n)
-        if part.graph is None:
-            return _best(part.ids, part.block @ q, n)
+            return _best(ids, cosines(part.block[pos] if part.block is not None else self.vectors[ids], q), n)
+        if part.block is not None:  # (no graph: the partition is a block scored exactly, as a 1-row GEMM)
+            return _best(part.ids, cosines(part.block, q), n)
         import faiss
 
         params = faiss.SearchParametersHNSW()  # type: ignore[attr-defined]  # (faiss ships partial stubs)

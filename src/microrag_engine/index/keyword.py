@@ -274,7 +274,9 @@ class BM25Scorer:
             tf = self.tf[lo:hi].astype(np.float64)
             w = tf / (norm[idx] + tf)
             w *= np.float32(lucene_idf(df, self.n))  # bm25s keeps IDF as float32, multiplies in float64
-            np.add.at(out, idx, w.astype(np.float32))
+            # A term's postings name each chunk once, so a plain indexed add is exact (np.add.at,
+            # made for repeated indices, was a third of a 100k query here).
+            out[idx] += w.astype(np.float32)
         return (out if self.visible is None else out[self.visible]).astype(np.float64)
 
 

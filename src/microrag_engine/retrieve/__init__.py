@@ -70,8 +70,8 @@ def retrieve(
     """
     if not query.strip():
         return Retrieval(query, [], refused=True, reason="the query is empty")
-    cand = np.arange(len(index.chunks)) if allowed is None else np.flatnonzero(allowed)
-    if cand.size == 0:
+    cand = None if allowed is None else np.flatnonzero(allowed)  # (no arange of every chunk per query)
+    if (len(index.chunks) if cand is None else cand.size) == 0:
         return Retrieval(query, [], refused=safeguards, reason="no chunks are visible to this caller" if safeguards else "")
     if scoped is not None:
         kw_full = np.zeros(len(index.chunks))
@@ -93,6 +93,7 @@ def retrieve(
     if allowed is None:  # no filter: skip copying every chunk and score array
         return rank_candidates(query, index.chunks, index.kw_scores(query), index.em_scores(query), settings,
                                safeguards, ceiling, penalty)
+    assert cand is not None  # (allowed is not None here)
     chunks = [index.chunks[i] for i in cand]
     kw = index.kw_scores(query)[cand] if kw_full is None else kw_full[cand]
     return rank_candidates(query, chunks, kw, index.em_scores(query)[cand], settings, safeguards, ceiling,
