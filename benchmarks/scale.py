@@ -41,6 +41,9 @@ FIRST_PASS = 100  # Settings.first_pass: what retrieval asks the ANN for
 EFS = (100, 128, 256)  # ef_search settings measured; below first_pass a search widens to it anyway
 
 
+BEYOND = "## Beyond the dense first pass"
+
+
 def clustered(n: int, n_clusters: int = 2000, seed: int = 0) -> tuple[np.ndarray, np.ndarray]:
     rng = np.random.default_rng(seed)
     centres = rng.standard_normal((n_clusters, DIM)).astype(np.float32)
@@ -242,7 +245,9 @@ def main() -> None:
                      f"{r.get('open_s', 0.0):.2f} | {r['mem_mb']:.0f} | {r['p50_ms']:.2f} | {r['p99_ms']:.2f} | "
                      f"{r['recall10']:.3f} |")
     old = (OUT / "scale.md").read_text() if (OUT / "scale.md").exists() else ""
-    earlier = old[old.index("## Earlier runs"):] if "## Earlier runs" in old else ""
+    # Kept from the previous file: the summary of the other scale benchmarks, and earlier runs.
+    mark = next((m for m in (BEYOND, "## Earlier runs") if m in old), "")
+    earlier = old[old.index(mark):] if mark else ""
     (OUT / "scale.md").write_text("\n".join(lines) + "\n" + ("\n" + earlier if earlier else ""))
     print("\n".join(lines))
 
