@@ -21,7 +21,6 @@ against ``Engine.updated``. Writes benchmarks/results/keyword.md and keyword.jso
 from __future__ import annotations
 
 import argparse
-import gzip
 import json
 import os
 import platform
@@ -34,19 +33,14 @@ from pathlib import Path
 
 import numpy as np
 
+sys.path.insert(0, str(Path(__file__).parent))
+from open_index import sentences  # noqa: E402 - the same SciFact sentences
+
 ROOT = Path(__file__).resolve().parents[1]
 SCIFACT = ROOT.parent / "shared" / "datasets" / "scifact" / "corpus.jsonl.gz"
 OUT = ROOT / "benchmarks" / "results"
 PER_CHUNK = 3  # sentences
 WRITE = 10  # chunks of the document a write replaces
-
-
-def sentences() -> list[str]:
-    out = []
-    with gzip.open(SCIFACT, "rt", encoding="utf-8") as f:
-        for line in f:
-            out += [s.strip() + "." for s in json.loads(line)["text"].split(". ") if len(s) > 30]
-    return out
 
 
 def corpus(n: int, pool: list[str], seed: int = 0) -> np.ndarray:

@@ -43,6 +43,7 @@ import numpy as np
 
 sys.path.insert(0, str(Path(__file__).parent))
 from hostinfo import machine  # noqa: E402
+from poisonedrag import write_corpus  # noqa: E402 - the same HotpotQA folder
 
 ROOT = Path(__file__).resolve().parent.parent
 DATA = ROOT.parent / "shared" / "datasets" / "hotpotqa-100"
@@ -61,14 +62,6 @@ def lighthouse(version: int) -> str:
     """Five paragraphs (several chunks), each naming ``version``: a response holding chunks
     of two versions read half of one ingest and half of another."""
     return "# Lighthouse log\n\n" + "\n\n".join(f"Log version {version}. {line} " * 2 for line in LOG_LINES)
-
-
-def write_corpus(folder: Path) -> int:
-    corpus = json.loads((DATA / "hotpotqa_train_corpus.json").read_text())
-    for i, (title, sents) in enumerate(corpus.items()):
-        name = re.sub(r"[^A-Za-z0-9]+", "-", title).strip("-")[:60] or "untitled"
-        (folder / f"{i:04d}-{name}.md").write_text(f"# {title}\n\n{''.join(sents).strip()}\n", encoding="utf-8")
-    return len(corpus)
 
 
 def cli(*args: str, cwd: Path) -> str:

@@ -120,34 +120,28 @@ class SQLiteStore(Store):
         return int(row[0]) if row else 0
 
     def snapshot(self) -> Snapshot:
-        self.db.execute("BEGIN")  # one read transaction = one consistent WAL snapshot
-        try:
-            meta = self.meta()
-            docs = self.documents()
-            rows = self.db.execute(
-                'SELECT c.id, c.doc, c.idx, c.start, c."end", c.text, c.vector, d.label, c.page '
-                "FROM chunks c JOIN documents d ON d.doc = c.doc ORDER BY c.doc, c.idx").fetchall()
-        finally:
-            self.db.execute("COMMIT")
-        chunks = [Chunk(r[0], r[1], r[2], r[3], r[4], r[5], r[8]) for r in rows]
-        dim = int(meta.get("dim", 0) or 0)
-        vectors = (np.vstack([np.frombuffer(r[6], dtype=np.float32) for r in rows]) if rows
-                   else np.zeros((0, dim), dtype=np.float32))
-        return Snapshot(int(meta.get("generation", 0)), meta, docs, chunks, vectors, [r[7] for r in rows])
+        return self._snapshot(None)
 
     def snapshot_of(self, docs: Collection[str]) -> Snapshot:
-        self.db.execute("BEGIN")  # records and chunks from one WAL snapshot, as snapshot() reads them
+        return self._snapshot(docs)
+
+    def _snapshot(self, only: Collection[str] | None) -> Snapshot:
+        """Records, and the chunks of ``only`` (all when None), from one read transaction:
+        one consistent WAL snapshot."""
+        sql = ('SELECT c.id, c.doc, c.idx, c.start, c."end", c.text, c.vector, d.label, c.page '
+               "FROM chunks c JOIN documents d ON d.doc = c.doc ")
+        self.db.execute("BEGIN")
         try:
             meta = self.meta()
             records = self.documents()
-            wanted = sorted(set(docs) & records.keys())
-            rows = []
-            for lo in range(0, len(wanted), 500):  # under SQLite's bound-parameter limit
-                part = wanted[lo:lo + 500]
-                rows += self.db.execute(
-                    'SELECT c.id, c.doc, c.idx, c.start, c."end", c.text, c.vector, d.label, c.page '
-                    f"FROM chunks c JOIN documents d ON d.doc = c.doc WHERE c.doc IN ({','.join('?' * len(part))}) "
-                    "ORDER BY c.doc, c.idx", part).fetchall()
+            if only is None:
+                rows = self.db.execute(sql + "ORDER BY c.doc, c.idx").fetchall()
+            else:
+                wanted, rows = sorted(set(only) & records.keys()), []
+                for lo in range(0, len(wanted), 500):  # under SQLite's bound-parameter limit
+                    part = wanted[lo:lo + 500]
+                    rows += self.db.execute(sql + f"WHERE c.doc IN ({','.join('?' * len(part))}) ORDER BY c.doc, c.idx",
+                                            part).fetchall()
         finally:
             self.db.execute("COMMIT")
         chunks = [Chunk(r[0], r[1], r[2], r[3], r[4], r[5], r[8]) for r in rows]
