@@ -101,7 +101,9 @@ def main(argv: list[str]) -> int:
         stops.append(stop)
         env = {**os.environ, "MICRORAG_TEST_PG": uri}
         print(f"pg_loopback: PostgreSQL + pgvector on {uri.split('@')[1]}", file=sys.stderr)
-        if standby:
+        if standby and not (PGBIN / "pg_basebackup").exists():
+            print(f"pg_loopback: no pg_basebackup in {PGBIN}; running without a standby", file=sys.stderr)
+        elif standby:
             env["MICRORAG_TEST_PG_STANDBY"], stop = start_standby(datadir, uri)
             stops.append(stop)
             print(f"pg_loopback: hot standby on {env['MICRORAG_TEST_PG_STANDBY'].split('@')[1]}", file=sys.stderr)
