@@ -172,3 +172,17 @@ def test_the_rate_limit_is_one_budget_across_replicas(cluster):
     codes = [_call(cluster, "ab"[i % 2], "GET", "/whoami", "meter").status_code for i in range(44)]
     assert codes[:30].count(429) == 0
     assert 429 in codes and codes.count(200) <= 41
+
+
+def test_a_wrong_standby_is_one_clear_error(cluster):
+    """Found by a new-user trial: a malformed URI and a standby of another database gave tracebacks."""
+    from microrag_engine.errors import MicroRAGError
+    from microrag_engine.store.postgres import PostgresStore
+
+    schema = cluster["store"].schema
+    with pytest.raises(MicroRAGError, match="not a PostgreSQL URI"):
+        PostgresStore(PRIMARY, schema=schema, read_uri="not a uri")
+    with pytest.raises(MicroRAGError, match=r"cannot connect to the standby \(--standby\)"):
+        PostgresStore(PRIMARY, schema=schema, read_uri="postgresql://postgres@127.0.0.1:1/postgres")
+    with pytest.raises(MicroRAGError, match="has no index schema"):
+        PostgresStore(PRIMARY, schema=schema, read_uri=STANDBY.rsplit("/", 1)[0] + "/template1")

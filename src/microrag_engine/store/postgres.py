@@ -20,6 +20,7 @@ from __future__ import annotations
 import logging
 import re
 import threading
+import time
 import zlib
 from collections import Counter
 from collections.abc import Collection, Iterator, Mapping, Sequence
@@ -52,6 +53,7 @@ READ_AFTER: ContextVar[str] = ContextVar("microrag_read_after", default="")
 # Reads that serve a write (``PostgresStore.writing``) go to the primary.
 WRITING: ContextVar[bool] = ContextVar("microrag_writing", default=False)
 STANDBY_WAIT_S = 5.0  # for a standby connection, before reading from the primary instead
+STANDBY_RETRY_S = 30.0  # after a standby failed to answer, reads go to the primary this long
 
 log = logging.getLogger("microrag")
 
@@ -82,9 +84,11 @@ def lsn_number(lsn: str) -> int:
     return (int(hi, 16) << 32) + int(lo, 16) if sep else 0
 
 
-def _pool(uri: str, schema: str, size: int) -> ConnectionPool:
+def _pool(uri: str, schema: str, size: int, role: str = "PostgreSQL") -> ConnectionPool:
     """An open pool of autocommit connections on ``schema``; a server that cannot be reached
-    is one clear error here, not a pool retrying in the background."""
+    is one clear error here (naming ``role``: the index's server or its standby), not a pool
+    retrying in the background. A standby's pool checks each connection before lending it,
+    so one broken by a standby restart is replaced (or the read goes to the primary), never used."""
     import psycopg
     from psycopg_pool import ConnectionPool
 
@@ -92,13 +96,15 @@ def _pool(uri: str, schema: str, size: int) -> ConnectionPool:
         psycopg.connect(uri, connect_timeout=10).close()  # the reason, if it fails, in libpq's words
     except psycopg.OperationalError as exc:
         first = str(exc).strip().splitlines()[0] if str(exc).strip() else type(exc).__name__
-        raise MicroRAGError(f"cannot connect to PostgreSQL: {first}") from None
+        raise MicroRAGError(f"cannot connect to {role}: {first}") from None
+    except psycopg.ProgrammingError as exc:  # not a connection string at all
+        raise MicroRAGError(f"{role}: not a PostgreSQL URI ({str(exc).strip()}); use postgresql://user@host:port/db") from None
 
     def configure(conn: psycopg.Connection) -> None:
         conn.execute(f"SET search_path TO {schema}, public")  # schema is checked to be a plain name
 
     return ConnectionPool(uri, min_size=1, max_size=size, kwargs={"autocommit": True, "application_name": "microrag"},
-                          configure=configure,
+                          configure=configure, check=ConnectionPool.check_connection if role != "PostgreSQL" else None,
                           open=True, name=f"microrag-{schema}")
 
 
@@ -141,12 +147,33 @@ class PostgresStore(SearchableStore):
         # hot standby, or libpq's multi-host form) takes the reads; writes go to ``uri``.
         self._local = threading.local()
         self.pool = _pool(uri, schema, pool_size)
-        self.read_pool = _pool(read_uri, schema, pool_size) if read_uri else None
+        self.read_pool = _pool(read_uri, schema, pool_size, "the standby (--standby)") if read_uri else None
+        self._standby_down = 0.0  # until when (monotonic) reads skip a standby that failed to answer
         self._wrote = 0  # the primary's WAL position after this process's last write
         self._wrote_lock = threading.Lock()
         # The replay position last seen on each standby connection (it only grows on one server;
         # a restarted one drops its connections).
         self._replayed: WeakKeyDictionary[Any, int] = WeakKeyDictionary()
+        with self.writing():  # set-up reads what it just wrote: from the primary
+            self._set_up(schema)
+        if self.read_pool is not None:
+            self._check_standby(schema)
+
+    def _check_standby(self, schema: str) -> None:
+        """The standby must be one of this index's database: its schema appears there (a new
+        one within seconds, once replicated); otherwise every read would fail later, unclearly."""
+        deadline = time.monotonic() + 10
+        while True:
+            with self._connection(read=True) as conn:
+                found = conn.execute("SELECT to_regclass(%s) IS NOT NULL", (f"{schema}.meta",)).fetchone()[0]
+            if found or time.monotonic() > deadline:
+                break
+            time.sleep(0.2)
+        if not found:
+            raise MicroRAGError(f"the standby (--standby) has no index schema {schema!r}: give a hot standby of the "
+                                "index's own server and database (postgresql://user@standby-host/<same database>)")
+
+    def _set_up(self, schema: str) -> None:
         self.x("CREATE EXTENSION IF NOT EXISTS vector")
         self.x(f"CREATE SCHEMA IF NOT EXISTS {schema}")
         self.x("CREATE TABLE IF NOT EXISTS meta (key TEXT PRIMARY KEY, value TEXT NOT NULL)")
@@ -193,11 +220,16 @@ class PostgresStore(SearchableStore):
         from psycopg_pool import PoolTimeout
 
         need = max(lsn_number(READ_AFTER.get()), self._wrote)
-        try:
-            standby = self.read_pool.getconn(timeout=STANDBY_WAIT_S)
-        except (PoolTimeout, OperationalError) as exc:
-            log.warning("the standby did not answer (%s); reading from the primary", type(exc).__name__)
-            standby = None
+        standby = None
+        if time.monotonic() >= self._standby_down:
+            try:
+                standby = self.read_pool.getconn(timeout=STANDBY_WAIT_S)
+            except (PoolTimeout, OperationalError) as exc:
+                # Remembered for a while: every read waiting STANDBY_WAIT_S for a dead standby would
+                # make each request seconds slow; one read in STANDBY_RETRY_S tries it again.
+                self._standby_down = time.monotonic() + STANDBY_RETRY_S
+                log.warning("the standby did not answer (%s); reading from the primary for %.0f s",
+                            type(exc).__name__, STANDBY_RETRY_S)
         if standby is not None:
             try:
                 # Checked on this very connection: behind a multi-host URI each may reach another standby.
