@@ -57,6 +57,7 @@ lint: $(TEST_STAMP)
 test: lint
 	bash scripts/install-postgres.sh
 	bash scripts/install-chromium.sh
+	bash scripts/vendor-web.sh
 	bash scripts/install-ocr.sh
 	PY=$(BIN)/python bash scripts/install-llama.sh
 	$(BIN)/python scripts/pg_loopback.py run --standby -- $(BIN)/python -m pytest -q

@@ -399,6 +399,18 @@ class Engine:
             self._scoped[key] = scorer
         return scorer
 
+    def titles(self, labels: Iterable[str] | None = None) -> dict[str, str]:
+        """Document -> title (front matter's, else its first heading, else the file name),
+        for the documents whose label is in ``labels`` (every unreserved one for ``None``);
+        what a page offers as things to ask about."""
+        if self.records:
+            seen = {d.doc: (d.label, dict(d.meta).get("title", "")) for d in self.records.values()}
+        else:  # built from documents: every chunk is public, as in ``retrieve``
+            seen = {d.path: ("public", title_of(d)) for d in self.documents}
+        allowed = None if labels is None else set(labels)
+        return {doc: title or Path(doc).stem for doc, (label, title) in seen.items()
+                if not label.startswith("_") and (allowed is None or label in allowed)}
+
     @property
     def n_chunks(self) -> int:
         """Chunks behind this engine (counted in the store when retrieval is remote)."""

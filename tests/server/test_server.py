@@ -396,9 +396,12 @@ JSONISH = st.recursive(st.none() | st.booleans() | st.integers() | st.floats(all
                        max_leaves=12)
 FIELDS = st.fixed_dictionaries({}, optional={"query": JSONISH | st.text(max_size=60), "top_k": JSONISH,
                                              "stream": JSONISH, "source": JSONISH | st.text(max_size=60),
-                                             "body": JSONISH | st.text(max_size=200), "label": JSONISH})
+                                             "body": JSONISH | st.text(max_size=200), "label": JSONISH,
+                                             "history": JSONISH | st.lists(st.fixed_dictionaries(
+                                                 {"role": st.sampled_from(["user", "assistant", "system"]) | JSONISH,
+                                                  "content": st.text(max_size=40) | JSONISH}), max_size=3)})
 ROUTES = [("POST", "/query"), ("POST", "/ingest"), ("POST", "/reset"), ("GET", "/documents"), ("GET", "/review"),
-          ("GET", "/audit"), ("GET", "/audit/collisions"), ("GET", "/health")]
+          ("GET", "/audit"), ("GET", "/audit/collisions"), ("GET", "/health"), ("GET", "/samples")]
 
 
 @hsettings(max_examples=120, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture])
@@ -409,8 +412,8 @@ def test_fuzz_never_5xx(srv, route, body, who, raw, junk, path_tail):
 
     method, path = route
     tail = quote(path_tail, safe="") or "x"
-    if method == "GET" and path == "/audit":
-        path = f"/audit?limit={tail}"
+    if method == "GET" and path in ("/audit", "/samples"):
+        path = f"{path}?{'limit' if path == '/audit' else 'n'}={tail}"
     kw = {"content": junk, "headers": {"content-type": "application/json"}} if raw else {"json": body}
     r = srv.call(method, path, who, **kw) if method == "POST" else srv.call(method, path, who)
     assert r.status_code < 500, (method, path, r.status_code, r.text[:200])

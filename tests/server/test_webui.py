@@ -1,11 +1,18 @@
 """The web UI end to end in headless Chromium (Debian's, driven by Playwright).
 
-Screenshots go to a temporary folder, or to $MICRORAG_SCREENSHOTS (the ones in
-docs/ were made with MICRORAG_SCREENSHOTS=docs).
+Two real servers on loopback: one answering extractively (the default, no model), one
+whose answers come from a scripted OpenAI-compatible model, so that an answer can carry
+any Markdown or hostile markup a model might write. Both index a hostile document next
+to the handbook. The page is checked at 360, 390, 768 and 1440 px, audited by axe-core
+(from web/node_modules, installed from the npm registry by scripts/vendor-web.sh), and
+driven by keyboard only.
+
+Screenshots are written to docs/ (shown in the README), or to $MICRORAG_SCREENSHOTS.
 """
 
 from __future__ import annotations
 
+import json
 import os
 import shutil
 from pathlib import Path
@@ -19,25 +26,102 @@ pytestmark = pytest.mark.skipif(not Path(CHROMIUM).exists(), reason="Debian's ch
                                 "(make test installs it: scripts/install-chromium.sh)")
 
 from conftest import needs_models  # noqa: E402
+from helpers.llm import ScriptedServer, delta, sse, start  # noqa: E402
 from helpers.server import Running  # noqa: E402
 
+ROOT = Path(__file__).resolve().parents[2]
+AXE = ROOT / "web" / "node_modules" / "axe-core" / "axe.min.js"
+VENDOR = ROOT / "src" / "microrag_engine" / "server" / "static" / "vendor"
+WIDTHS = (360, 390, 768, 1440)
 ARGS = ["--headless=new", "--no-sandbox", "--disable-gpu", "--disable-quic", "--no-first-run",
         "--disable-background-networking", "--disable-component-update", "--disable-sync"]
 
+# Planted in the index (operator-ingested, as a hostile file would be) and written by the
+# scripted model: every way markup could run script, load something remote or forge a link.
+HOSTILE = ("Lunch menu for the cafeteria.\n\n<script>window.__pwned = 'script'</script>\n"
+           "<img src=x onerror=\"window.__pwned = 'img'\"> <iframe src=\"javascript:window.__pwned='iframe'\"></iframe>\n"
+           "[click for the menu](javascript:window.__pwned='link') and ![pixel](https://evil.example/p.png)\n"
+           "<a href=\"data:text/html,<script>parent.__pwned=1</script>\">data link</a> <style>body{display:none}</style>\n")
+LONG = "{* ../../docs_src/security/tutorial_oauth2_scopes_and_long_names_everywhere_py310.py hl[1, 8:9, 12:15] *}"
+MARKDOWN_ANSWER = [
+    "## Carry-over\n\nEmployees get **20 vacation days** a year [source: leave.md · chunk 0].\n\n",
+    "- Up to `5` unused days carry over\n- They expire on *March 31*\n\n",
+    "```python\ndays = carry_over(unused, limit=5)  # " + "x" * 160 + "\n```\n\n",
+    f"See the [leave policy](https://intranet.example/leave) and {LONG}.\n\n",
+    "| kind | days |\n|---|---:|\n| vacation | 20 |\n\n",
+    HOSTILE,
+]
+
 
 @pytest.fixture(scope="module")
-def ui(tmp_path_factory):
-    srv = Running(tmp_path_factory.mktemp("ui"), rate_per_minute=100_000)  # shared by the module: no order-dependent 429s
-    shots = Path(os.environ.get("MICRORAG_SCREENSHOTS") or tmp_path_factory.mktemp("shots"))
-    shots.mkdir(parents=True, exist_ok=True)
+def browser():
     with sync_api.sync_playwright() as p:
-        browser = p.chromium.launch(executable_path=CHROMIUM, args=ARGS)
-        # Playwright's wait_for_function evaluates strings, which the page's own CSP forbids
-        # (as it should); the CSP itself is checked in test_page_is_served_with_a_strict_csp.
-        page = browser.new_context(viewport={"width": 1280, "height": 900}, bypass_csp=True).new_page()
-        yield srv, page, shots
-        browser.close()
+        chromium = p.chromium.launch(executable_path=CHROMIUM, args=ARGS)
+        yield chromium
+        chromium.close()
+
+
+def new_page(browser, width: int = 1280):
+    # Playwright's wait_for_function evaluates strings, which the page's own CSP forbids (as it
+    # should); the CSP itself is checked against the headers in test_page_is_served_with_a_strict_csp.
+    return browser.new_context(viewport={"width": width, "height": 900}, bypass_csp=True).new_page()
+
+
+class Watched:
+    """A page with everything that would betray a hostile payload recorded: dialogs, requests
+    that leave loopback, responses of 400 or more, console errors."""
+
+    def __init__(self, page) -> None:
+        self.page, self.dialogs, self.remote, self.failed, self.errors = page, [], [], [], []
+        page.on("dialog", lambda d: (self.dialogs.append(d.message), d.dismiss()))
+        page.on("request", lambda r: None if r.url.startswith(("http://127.0.0.1", "data:", "blob:"))
+                else self.remote.append(r.url))
+        page.on("response", lambda r: self.failed.append(f"{r.status} {r.url}") if r.status >= 400 else None)
+        page.on("console", lambda m: self.errors.append(m.text) if m.type == "error" else None)
+
+    def clean(self) -> None:
+        assert self.page.evaluate("window.__pwned === undefined")
+        assert not self.dialogs and not self.remote, (self.dialogs, self.remote)
+
+
+@pytest.fixture(scope="module")
+def shots():
+    out = Path(os.environ.get("MICRORAG_SCREENSHOTS") or ROOT / "docs")
+    out.mkdir(parents=True, exist_ok=True)
+    return out
+
+
+def _hostile_corpus(tmp: Path) -> Path:
+    (tmp / "corpus").mkdir(parents=True)
+    (tmp / "corpus" / "cafeteria.txt").write_text(HOSTILE)
+    return tmp
+
+
+@pytest.fixture(scope="module")
+def ui(tmp_path_factory, browser):
+    """The default server (extractive answers) and one Chromium page."""
+    srv = Running(_hostile_corpus(tmp_path_factory.mktemp("ui")), rate_per_minute=100_000)
+    page = new_page(browser)
+    yield srv, Watched(page)
+    page.context.close()
     srv.stop()
+
+
+@pytest.fixture(scope="module")
+def llm_ui(tmp_path_factory, browser):
+    """A server whose model writes MARKDOWN_ANSWER (Markdown, a long token, hostile markup)."""
+    model = ScriptedServer(url="")
+    httpd, _ = start(model)
+    srv = Running(_hostile_corpus(tmp_path_factory.mktemp("llm-ui")), rate_per_minute=100_000, llm=model.cfg())
+    page = new_page(browser)
+    yield srv, Watched(page), model
+    page.context.close()
+    srv.stop()
+    httpd.shutdown()
+
+
+def markdown_reply():
+    return sse(*(delta(content=piece) for piece in MARKDOWN_ANSWER))
 
 
 def use_key(page, key: str, ready: str | None = None) -> None:
@@ -49,21 +133,55 @@ def use_key(page, key: str, ready: str | None = None) -> None:
 
 
 def ask(page, question: str) -> None:
+    """Type ``question`` and press Enter (keyboard only); wait until the answer is complete."""
+    turns = page.locator("#conversation > li").count()
     page.fill("#question", question)
-    page.press("#question", "Enter")  # keyboard only
-    page.wait_for_function("document.querySelector('#askbtn').disabled === false && "
-                           "document.querySelector('#status').textContent !== 'Retrieving...'")
+    page.press("#question", "Enter")
+    page.wait_for_function(f"document.querySelectorAll('#conversation > li').length === {turns + 1} && "
+                           "!document.querySelector('#askbtn').disabled")
+
+
+def last_turn(page):
+    return page.locator("#conversation > li").last
+
+
+def no_horizontal_overflow(page) -> None:
+    width = page.evaluate("window.innerWidth")
+    sizes = page.evaluate("[document.documentElement.scrollWidth, document.body.scrollWidth]")
+    # and no element sticks out past the right edge (a clipped box would not widen the page)
+    wide = page.evaluate("""w => [...document.querySelectorAll('body *')].filter(e => {
+        const r = e.getBoundingClientRect(); if (!r.width || getComputedStyle(e).visibility === 'hidden') return false;
+        let p = e.parentElement;  // inside a box that scrolls on its own, it may be as wide as it likes
+        while (p && p !== document.body) { const o = getComputedStyle(p).overflowX; if (o === 'auto' || o === 'scroll') return false;
+                                           p = p.parentElement; }
+        return r.right > w + 1; }).map(e => e.tagName + '#' + e.id + '.' + e.className).slice(0, 5)""", width)
+    assert max(sizes) <= width and not wide, (width, sizes, wide)
+
+
+def axe_violations(page, *, include: str = "body") -> list[str]:
+    """Serious or critical axe-core findings on the page as it stands."""
+    if page.evaluate("typeof window.axe") == "undefined":
+        page.add_script_tag(path=str(AXE))
+    found = page.evaluate("sel => axe.run(sel, {resultTypes: ['violations']}).then(r => r.violations"
+                          ".filter(v => v.impact === 'serious' || v.impact === 'critical')"
+                          ".map(v => v.id + ' (' + v.impact + '): ' + v.nodes.slice(0, 3).map(n => n.target.join(' ')).join(', ')))",
+                          include)
+    return found
+
+
+# ---------------------------------------------------------------- asking
 
 
 @needs_models
-def test_ask_shows_cited_answer_and_score_bars(ui):
-    srv, page, shots = ui
+def test_ask_shows_cited_answer_and_score_bars(ui, shots):
+    srv, w = ui
+    page = w.page
     page.goto(srv.url + "/")
     assert page.get_by_label("Question").is_visible()
     ask(page, "How many vacation days do employees get?")
-    cite = page.locator("#answer a.cite").first
+    turn = last_turn(page)
+    cite = turn.locator(".answer a.cite").first
     assert "leave.md" in cite.inner_text()
-    assert page.locator("#sources li").count() >= 1
     first = page.locator("#sources li").first
     assert "leave.md" in first.inner_text()
     for kind in ("kw", "em", "hy"):
@@ -71,37 +189,188 @@ def test_ask_shows_cited_answer_and_score_bars(ui):
     assert float(first.locator(".bar.hy").get_attribute("aria-valuenow")) > 0
     assert "Grounding gate passed" in page.inner_text("#status") and "null" not in page.inner_text("#status")
     # every answer sentence carries its NLI verdict, linked to the chunk that decided it
-    verdicts = page.locator("#verify li.verdict")
+    verdicts = turn.locator(".verify li.verdict")
     assert verdicts.count() >= 1 and "✓ supported" in verdicts.first.inner_text()
-    assert "sentences supported" in page.inner_text("#verify")
+    assert verdicts.first.locator("a.cite").count() == 1
+    assert "sentences supported" in turn.locator(".verify").inner_text()
     cite.click()
     assert "highlight" in (first.get_attribute("class") or "")
-    page.screenshot(path=str(shots / "ask.png"), full_page=True)
+    w.clean()
 
 
 @needs_models
-def test_reader_never_sees_restricted_chunks(ui):
-    srv, page, _ = ui
+def test_reader_never_sees_restricted_chunks_or_titles(ui):
+    srv, w = ui
+    page = w.page
     page.goto(srv.url + "/")
     use_key(page, srv.key["reader"])
     page.wait_for_function("document.querySelector('#whoami').textContent.includes('reader')")
+    page.wait_for_selector("#samples li button")
+    assert "Salary" not in page.inner_text("#samples")  # suggestions come from what the caller may read
     ask(page, "What does the L5 salary band pay?")
     assert "salaries.md" not in page.inner_text("#sources")
-    assert "180000" not in page.inner_text("#answer")
+    assert "180000" not in page.inner_text("#conversation")
     assert page.locator("#contribute").is_hidden() and page.locator("#admin").is_hidden()
+    use_key(page, "")
 
 
 @needs_models
-def test_upload_review_and_retrieve(ui):
-    srv, page, shots = ui
+def test_sample_questions_come_from_the_index_and_ask(ui):
+    srv, w = ui
+    page = w.page
+    page.goto(srv.url + "/")
+    page.wait_for_selector("#samples li button")
+    offered = page.locator("#samples li button").all_inner_texts()
+    titles = {"VPN", "Leave", "Deploys"}  # the handbook's public titles; never the restricted one
+    assert offered and all(any(t in q for t in titles) or "cafeteria" in q for q in offered), offered
+    assert not any("Salary" in q for q in offered)
+    assert page.get_attribute("#question", "placeholder").startswith("e.g. ")
+    page.locator("#samples li button").first.focus()
+    page.keyboard.press("Enter")  # a suggestion is asked at once
+    page.wait_for_function("document.querySelectorAll('#conversation > li').length === 1 && "
+                           "!document.querySelector('#askbtn').disabled")
+    assert last_turn(page).locator(".q").inner_text() == offered[0]
+    assert page.locator("#samples").is_hidden()  # the conversation has started
+
+
+# ---------------------------------------------------------------- conversations
+
+
+@needs_models
+def test_follow_up_uses_the_conversation_and_new_conversation_forgets_it(ui):
+    srv, w = ui
+    page = w.page
+    page.goto(srv.url + "/")
+    sent: list[dict] = []
+    page.on("request", lambda r: sent.append(json.loads(r.post_data)) if r.url.endswith("/query") else None)
+    ask(page, "How many vacation days do employees get?")
+    ask(page, "And how many of them carry over?")
+    assert page.locator("#conversation > li").count() == 2
+    assert sent[0]["history"] == []
+    first_answer = page.locator("#conversation > li").first.locator(".answer").inner_text()
+    assert [t["role"] for t in sent[1]["history"]] == ["user", "assistant"]
+    assert sent[1]["history"][0]["content"] == "How many vacation days do employees get?"
+    assert sent[1]["history"][1]["content"].split()[:3] == first_answer.split()[:3]
+    # the follow-up was searched for with what it refers to, and the page says so
+    assert "retrieval query" in last_turn(page).locator(".flags").inner_text()
+    assert "leave.md" in page.inner_text("#sources")
+    # a citation in the older turn brings its own sources back
+    page.locator("#conversation > li").first.locator("a.cite").first.click()
+    assert page.locator("#sources li.highlight").count() == 1
+    page.click("#newconv")
+    assert page.locator("#conversation > li").count() == 0
+    assert page.evaluate("document.activeElement.id") == "question"
+    ask(page, "Who approves production deploys?")
+    assert sent[-1]["history"] == []
+
+
+# ---------------------------------------------------------------- Markdown and hostile content
+
+
+@needs_models
+def test_answer_markdown_renders_sanitised_with_citations(llm_ui):
+    srv, w, model = llm_ui
+    page = w.page
+    model.script(*[markdown_reply() for _ in range(4)])
+    page.goto(srv.url + "/")
+    ask(page, "How many vacation days carry over?")
+    answer = last_turn(page).locator(".answer")
+    assert answer.locator("strong", has_text="20 vacation days").count() == 1
+    assert answer.locator("ul > li").count() == 2 and answer.locator("li code", has_text="5").count() == 1
+    assert answer.locator("pre code").count() == 1 and "carry_over" in answer.locator("pre code").inner_text()
+    assert answer.locator("h4", has_text="Carry-over").count() == 1  # "##" sits below the page's own headings
+    assert answer.locator(".tablewrap table td", has_text="vacation").count() == 1
+    link = answer.locator("a", has_text="leave policy")
+    assert link.get_attribute("href") == "https://intranet.example/leave"
+    assert "noopener" in link.get_attribute("rel") and link.get_attribute("target") == "_blank"
+    cite = answer.locator("a.cite", has_text="leave.md")
+    assert cite.count() == 1
+    cite.click()
+    assert page.locator("#sources li.highlight").count() == 1
+    # the hostile part of the answer is inert text: nothing ran, nothing loaded, no live link
+    for tag in ("script", "img", "iframe", "style"):
+        assert page.locator(f"#conversation {tag}, #sources {tag}").count() == 0, tag
+    hrefs = page.eval_on_selector_all("#conversation a", "as => as.map(a => a.getAttribute('href'))")
+    assert not [h for h in hrefs if not h.startswith(("https://", "#src-"))], hrefs
+    assert "window.__pwned" in answer.inner_text()  # shown as text, so a reader sees what the model wrote
+    # verification rows are the verifier's sentences, markup rendered, none of them markup alone
+    rows = last_turn(page).locator(".verify li.verdict .said")
+    said = rows.all_inner_texts()
+    assert said and not [s for s in said if not any(ch.isalnum() for ch in s)], said
+    assert last_turn(page).locator(".verify li.verdict pre code").count() == 1  # the code block is one row
+    w.clean()
+
+
+@needs_models
+def test_hostile_document_stays_text_in_answer_and_sources(ui):
+    srv, w = ui
+    page = w.page
+    page.goto(srv.url + "/")
+    ask(page, "What is on the cafeteria lunch menu?")
+    assert "cafeteria.txt" in page.inner_text("#sources")
+    assert "onerror" in page.inner_text("#sources")  # the chunk, shown as the text it is
+    for tag in ("script", "img", "iframe", "style"):
+        assert page.locator(f"#conversation {tag}, #sources {tag}").count() == 0, tag
+    hrefs = page.eval_on_selector_all("#conversation a, #sources a", "as => as.map(a => a.getAttribute('href'))")
+    assert all(h.startswith("#src-") for h in hrefs), hrefs
+    w.clean()
+
+
+# ---------------------------------------------------------------- every width
+
+
+@needs_models
+@pytest.mark.parametrize("width", WIDTHS)
+def test_no_horizontal_scroll_at_any_width(llm_ui, shots, width):
+    srv, w, model = llm_ui
+    page = w.page
+    page.set_viewport_size({"width": width, "height": 900})
+    model.script(markdown_reply())
+    page.goto(srv.url + "/")
+    no_horizontal_overflow(page)
+    ask(page, "How many vacation days carry over?")
+    page.locator("#sources li").first.wait_for()
+    no_horizontal_overflow(page)
+    assert page.locator("#question").is_visible() and page.locator("#askbtn").is_visible()
+    box = page.locator("#askbtn").bounding_box()
+    assert box["x"] + box["width"] <= width  # the Ask button is on screen, not pushed off it
+    if width in (390, 1440):
+        page.screenshot(path=str(shots / ("phone.png" if width == 390 else "desktop.png")), full_page=True)
+    w.clean()
+
+
+# ---------------------------------------------------------------- contributing
+
+
+TEXT_DROP = "# Capybara lounge\n\nThe capybara lounge is on floor 7, next to the library."
+
+
+def drop_files(page, files: dict[str, str]) -> None:
+    """Drop ``files`` (name -> text) on the drop zone, as a file manager would."""
+    handle = page.evaluate_handle("""files => { const dt = new DataTransfer();
+        for (const [name, text] of Object.entries(files)) dt.items.add(new File([text], name));
+        return dt; }""", files)
+    page.dispatch_event("#dropzone", "dragover", {"dataTransfer": handle})
+    assert "over" in page.get_attribute("#dropzone", "class")
+    page.dispatch_event("#dropzone", "drop", {"dataTransfer": handle})
+
+
+@needs_models
+def test_drag_and_drop_upload_shows_quarantine_then_review(ui, shots):
+    srv, w = ui
+    page = w.page
+    page.set_viewport_size({"width": 1280, "height": 900})
     page.goto(srv.url + "/")
     use_key(page, srv.key["contrib"], ready="#contribute:not([hidden])")
-    page.fill("#upsource", "facilities/capybara.md")
-    page.fill("#upbody", "# Capybara lounge\n\nThe capybara lounge is on floor 7, next to the library.")
-    page.click("#uploadform button[type=submit]")
-    page.wait_for_function("document.querySelector('#upstatus').textContent.includes('quarantined')")
+    drop_files(page, {"capybara.md": TEXT_DROP, "scan.pdf": "%PDF-1.7 binary"})
+    page.wait_for_function("document.querySelectorAll('#uploads li .state:not(.sending)').length === 2")
+    rows = page.locator("#uploads li").all_inner_texts()
+    assert any("quarantined" in r and "capybara.md" in r for r in rows), rows
+    assert any("not sent" in r and "scan.pdf" in r and "microrag ingest" in r for r in rows), rows
+    page.wait_for_function("document.querySelector('#mine').textContent.includes('capybara.md')")
+    assert "quarantined" in page.inner_text("#mine")
     page.screenshot(path=str(shots / "upload.png"), full_page=True)
-    doc = page.inner_text("#upstatus").split(":")[0]
+    doc = next(r for r in rows if "capybara.md" in r).split(": ")[0].split()[-1]
 
     use_key(page, srv.key["admin"], ready="#admin:not([hidden])")
     page.wait_for_selector(f"#queue button[aria-label='Approve {doc}']")
@@ -110,27 +379,140 @@ def test_upload_review_and_retrieve(ui):
     page.wait_for_function("document.querySelector('#queue').textContent.includes('Nothing waiting')")
     assert page.locator("#audit tbody tr").count() > 0
 
+    use_key(page, srv.key["contrib"], ready="#contribute:not([hidden])")
+    page.wait_for_function("document.querySelector('#mine').textContent.includes('live')")
     use_key(page, "")
     ask(page, "Where is the capybara lounge?")
     assert doc in page.inner_text("#sources")
 
 
 @needs_models
-def test_phone_layout_has_no_horizontal_scroll(ui):
-    srv, page, shots = ui
-    page.set_viewport_size({"width": 390, "height": 844})
+def test_pasted_upload_still_works(ui):
+    srv, w = ui
+    page = w.page
     page.goto(srv.url + "/")
-    ask(page, "Who approves production deploys?")
-    assert page.evaluate("document.documentElement.scrollWidth <= window.innerWidth + 1")
-    page.screenshot(path=str(shots / "phone.png"), full_page=True)
+    use_key(page, srv.key["contrib"], ready="#contribute:not([hidden])")
+    page.click("#contribute summary")
+    page.fill("#upsource", "facilities/otters.md")
+    page.fill("#upbody", "# Otter pond\n\nThe otter pond is behind building C.")
+    page.click("#uploadform button[type=submit]")
+    page.wait_for_function("document.querySelector('#upstatus').textContent.includes('quarantined')")
+    use_key(page, "")
+
+
+# ---------------------------------------------------------------- accessibility
+
+
+@needs_models
+@pytest.mark.skipif(not AXE.exists(), reason="axe-core not installed (make test runs scripts/vendor-web.sh: npm ci in web/)")
+@pytest.mark.parametrize("width", (390, 1440))
+def test_axe_finds_no_serious_violation(llm_ui, width):
+    srv, w, model = llm_ui
+    page = w.page
+    page.set_viewport_size({"width": width, "height": 900})
+    page.goto(srv.url + "/")
+    assert axe_violations(page) == []
+    model.script(markdown_reply())
+    ask(page, "How many vacation days carry over?")
+    page.locator("#conversation a.cite").first.click()
+    assert axe_violations(page) == []
+    use_key(page, srv.key["admin"], ready="#admin:not([hidden])")
+    page.wait_for_selector("#queue li")
+    assert axe_violations(page) == []  # the contributor's and the admin's sections too
+    use_key(page, "")
+
+
+@needs_models
+def test_keyboard_alone_reaches_every_control_with_visible_focus(ui):
+    srv, w = ui
+    page = w.page
     page.set_viewport_size({"width": 1280, "height": 900})
+    page.goto(srv.url + "/")
+    use_key(page, srv.key["admin"], ready="#admin:not([hidden])")
+    page.wait_for_selector("#samples li button")
+    ask(page, "How many vacation days do employees get?")
+    page.focus(".skip")  # the first stop; every other one follows by Tab alone
+    reached, unfocused = [], []
+    for _ in range(120):
+        page.keyboard.press("Tab")
+        info = page.evaluate("""() => { const e = document.activeElement; const s = getComputedStyle(e);
+            return {tag: e.tagName, id: e.id, cls: e.className, text: (e.textContent || '').trim().slice(0, 40),
+                    outline: s.outlineStyle !== 'none' && parseFloat(s.outlineWidth) >= 2}; }""")
+        if info["tag"] == "BODY":
+            break
+        reached.append(info)
+        if not info["outline"]:
+            unfocused.append(info)
+    ids = {r["id"] for r in reached}
+    for control in ("apikey", "question", "askbtn", "newconv", "choosefiles", "droplabel", "refreshaudit"):
+        assert control in ids, (control, ids)
+    assert any(r["cls"] == "cite" for r in reached)  # citation links
+    assert any(r["tag"] == "SUMMARY" for r in reached)  # "Or paste text"
+    assert not unfocused, unfocused  # every stop shows where the focus is
+    use_key(page, "")
+    # on a fresh page the skip link is the first stop, and it lands on the question
+    page.goto(srv.url + "/")
+    page.keyboard.press("Tab")
+    assert page.evaluate("document.activeElement.className") == "skip"
+    page.keyboard.press("Enter")
+    page.keyboard.type("Who approves production deploys?")
+    assert page.input_value("#question") == "Who approves production deploys?"
+
+
+@needs_models
+def test_every_form_control_has_a_label(ui):
+    srv, w = ui
+    page = w.page
+    page.goto(srv.url + "/")
+    use_key(page, srv.key["admin"], ready="#admin:not([hidden])")
+    unlabelled = page.evaluate("""() => [...document.querySelectorAll('input, select, textarea, button')]
+        .filter(e => !e.hidden && e.type !== 'hidden' && !(e.labels && e.labels.length) && !e.getAttribute('aria-label')
+                     && !(e.tagName === 'BUTTON' && e.textContent.trim())).map(e => e.id || e.outerHTML)""")
+    assert unlabelled == []
+    use_key(page, "")
+
+
+# ---------------------------------------------------------------- what is served
 
 
 def test_page_is_served_with_a_strict_csp(ui):
     import httpx
 
-    srv, _, _ = ui
+    srv, _ = ui
     r = httpx.get(srv.url + "/")
     assert r.status_code == 200 and "<form id=\"askform\">" in r.text
-    assert "script-src 'self'" in r.headers["content-security-policy"]
-    assert httpx.get(srv.url + "/ui/app.js").status_code == 200
+    csp = r.headers["content-security-policy"]
+    assert "script-src 'self'" in csp and "style-src 'self'" in csp and "'unsafe-inline'" not in csp
+    assert "<script>" not in r.text and " on" not in r.text.split("<body>")[1].split("<script")[0].replace(" only", "")
+    for asset in ("/ui/app.js", "/ui/vendor/markdown-it.min.js", "/ui/vendor/purify.min.js", "/ui/favicon.svg"):
+        got = httpx.get(srv.url + asset)
+        assert got.status_code == 200 and got.headers["content-security-policy"] == csp, asset
+    icon = httpx.get(srv.url + "/favicon.ico")
+    assert icon.status_code == 200 and icon.headers["content-type"] == "image/x-icon" and icon.content[:4] == b"\0\0\1\0"
+
+
+@needs_models
+def test_page_loads_with_no_failed_request_or_console_error(ui, browser):
+    srv, _ = ui
+    page = new_page(browser)
+    w = Watched(page)
+    page.goto(srv.url + "/")
+    page.wait_for_selector("#samples li button")
+    page.goto(srv.url + "/favicon.ico")
+    page.context.close()
+    assert not w.failed and not w.errors, (w.failed, w.errors)
+
+
+@pytest.mark.skipif(not (ROOT / "web" / "node_modules").exists(), reason="web/node_modules not installed "
+                    "(scripts/vendor-web.sh runs npm ci from web/package-lock.json)")
+def test_vendored_libraries_are_the_locked_npm_packages():
+    """The page's copies of markdown-it and DOMPurify are byte for byte the packages
+    web/package-lock.json pins (and npm checked against their integrity hashes)."""
+    modules = ROOT / "web" / "node_modules"
+    pairs = {"markdown-it.min.js": modules / "markdown-it" / "dist" / "browser" / "markdown-it.umd.min.js",
+             "purify.min.js": modules / "dompurify" / "dist" / "purify.min.js"}
+    for name, locked in pairs.items():
+        assert (VENDOR / name).read_bytes() == locked.read_bytes(), f"{name}: run scripts/vendor-web.sh --copy"
+    lock = json.loads((ROOT / "web" / "package-lock.json").read_text())["packages"]
+    for pkg in ("markdown-it", "dompurify"):
+        assert json.loads((modules / pkg / "package.json").read_text())["version"] == lock[f"node_modules/{pkg}"]["version"]

@@ -58,6 +58,10 @@ class Scripted:
     # list items are sentences of their own, bullets stripped
     ("Steps:\n1. Open the portal.\n2) Enter your name\n- Approve the push",
      ["Steps:", "Open the portal.", "Enter your name", "Approve the push"]),
+    # markup or punctuation alone is no sentence (MkDocs "///", a stray brace); a fence is one unit
+    ("Send this:\n///\n```JSON\n{\"a\": 1}\n```\n{\n}\n---", ["Send this:", "```JSON\n{\"a\": 1}\n```"]),
+    # a heading's or quote's marker is structure, its words are checked
+    ("## Carry-over\n> Days expire in March.", ["Carry-over", "Days expire in March."]),
     ("", []),
 ])
 def test_split_sentences(answer, expected):

@@ -38,8 +38,9 @@ CITATION = rx.compile(rx.SPACE + "*" + _CITE)
 _LEADING_CITATIONS = rx.compile(rf"^(?:{rx.SPACE}*{_CITE})+")
 _ABBREV = re.compile(r"(?:\b(?:e\.g|i\.e|etc|vs|approx|No|Fig|Inc|Ltd|al)\.|\b[A-Z]\.)$")
 _TITLE = re.compile(r"\b(?:Dr|Mr|Mrs|Ms|Prof|St)\.$")
-# List items: "- x", "* x", "1. x", "2) x" at the start of a line.
-_BULLET = re.compile(r"^\s*(?:[-*\u2022]|\d{1,2}[.)])\s+")
+# List items ("- x", "* x", "1. x", "2) x"), headings ("## x") and quotes ("> x") at the
+# start of a line: the marker is structure, the rest is the claim.
+_BULLET = re.compile(r"^\s*(?:[-*\u2022]|\d{1,2}[.)]|#{1,6}|>)\s+")
 
 
 @dataclass(frozen=True)
@@ -119,8 +120,8 @@ def split_sentences(answer: str) -> list[str]:
             code = [raw.strip()]
             continue
         line = _BULLET.sub("", raw).strip()
-        if not line:
-            continue
+        if not any(ch.isalnum() for ch in line):
+            continue  # "///", "{", "---": markup or punctuation alone states nothing to check
         for s, e in sentence_spans(line):
             sent = line[s:e].strip()
             # A citation after the full stop ("... week. [2] Next") belongs to the sentence before.

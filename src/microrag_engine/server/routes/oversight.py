@@ -1,4 +1,4 @@
-"""The page, who am I, liveness, the audit trail and keys (admins): /, /ui, /whoami, /health, /audit, /keys."""
+"""The page and its icon, who am I, liveness, the audit trail and keys (admins): /, /ui, /favicon.ico, /whoami, /health, /audit, /keys."""
 
 from __future__ import annotations
 
@@ -34,6 +34,12 @@ def router(ctx: ServerContext) -> APIRouter:
     @router.get("/", include_in_schema=False)
     def index():
         return FileResponse(static / "index.html", headers=UI_HEADERS)
+
+    @router.get("/favicon.ico", include_in_schema=False)
+    def favicon():
+        # Browsers ask for it whatever the page links to; the page itself links favicon.svg.
+        return FileResponse(static / "favicon.ico", media_type="image/x-icon",
+                            headers={"Cache-Control": "public, max-age=86400"})
 
     @router.get("/whoami")
     def whoami(who: Principal = Depends(ctx.principal)) -> dict:

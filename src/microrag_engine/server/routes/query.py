@@ -10,16 +10,18 @@ from __future__ import annotations
 
 import json
 import logging
+import random
 import re
-from typing import Annotated
+from typing import Annotated, Literal
 
 from fastapi import APIRouter, Depends, HTTPException
 from fastapi.responses import StreamingResponse
 from pydantic import BaseModel, Field, StringConstraints
 
+from ... import guard
 from ...store.base import DocFilter
 from ...types import Turn
-from ..asking import Asking, Turned
+from ..asking import Asking, Turned, guarded
 from ..auth import Principal
 from ..context import ServerContext
 
@@ -42,9 +44,40 @@ class SearchIn(BaseModel):
         return found or None
 
 
+class TurnIn(BaseModel):
+    role: Literal["user", "assistant"]
+    content: str = Field(max_length=16_000)
+
+
+MAX_HISTORY = 40  # earlier turns a /query may carry (the page keeps the last ones)
+
+
 class QueryIn(SearchIn):
     stream: bool = False
     verify: bool | None = None  # None: the server's default
+    # The conversation before ``query``, oldest first: a follow-up ("and for contractors?")
+    # is searched for with what it refers to (``Engine.condense``), as /v1/chat/completions does.
+    history: list[TurnIn] = Field(default_factory=list, max_length=MAX_HISTORY)
+
+
+# A title worth offering as a question: a word of two letters or more (any script), and no
+# code, path or markup characters (matched on at most 80 characters: its cost is bounded).
+_ASKABLE = re.compile(r"^(?=.*[^\W\d_]{2})[^{}<>\[\]`|*_=#~/\\]{2,80}$")
+
+
+def sample_questions(titles: dict[str, str], n: int, rng: random.Random) -> list[dict[str, str]]:
+    """Up to ``n`` questions about titles the caller may read, one per document, drawn at
+    random (a page load shows different ones). Titles that are not words (code, paths,
+    markup) and ones the input guard would flag are never offered."""
+    pool = []
+    for doc, title in sorted(titles.items()):
+        title = " ".join(title.replace("-", " ").replace("_", " ").split())
+        if len(title) <= 80 and _ASKABLE.match(title) and not guard.injection_check(title).suspicious:
+            pool.append((doc, title))
+    picked = rng.sample(pool, min(n, len(pool)))
+    return [{"doc": doc, "title": guarded(title),
+             "question": guarded(title if title.endswith("?") else f"What do the documents say about {title}?")}
+            for doc, title in picked]
 
 
 def router(ctx: ServerContext) -> APIRouter:
@@ -59,9 +92,17 @@ def router(ctx: ServerContext) -> APIRouter:
         r = turned.retrieval
         return {"hits": turned.sources, "refused": r.refused, "reason": r.reason, "capped": r.capped, "flags": turned.flags}
 
+    @router.get("/samples")
+    def samples(n: int = 4, who: Principal = Depends(ctx.principal)) -> dict:
+        """Questions to start from, about documents the caller may read (the page's suggestions)."""
+        eng = ctx.current(who)
+        titles = eng.titles(sorted(who.clearance)) if eng is not None else {}
+        return {"questions": sample_questions(titles, max(1, min(n, 12)), random.Random())}
+
     @router.post("/query")
     def query(body: QueryIn, who: Principal = Depends(ctx.principal)):
-        turned = asking.start(who, [Turn("user", body.query)], top_k=body.top_k, where=body.filter(), verify=body.verify)
+        turns = [Turn(t.role, t.content) for t in body.history] + [Turn("user", body.query)]
+        turned = asking.start(who, turns, top_k=body.top_k, where=body.filter(), verify=body.verify)
         if body.stream:
             return StreamingResponse(_stream(turned), media_type="text/event-stream")
         r = turned.retrieval

@@ -1,0 +1,25 @@
+#!/usr/bin/env bash
+# Install the web UI's npm packages from web/package-lock.json (exact versions, integrity
+# hashes) and, with --copy, refresh the browser builds the page serves from
+# src/microrag_engine/server/static/vendor/ (committed: the page loads nothing remote,
+# and the wheel carries them). tests/server/test_webui.py checks the committed copies are
+# byte-identical to the locked packages. `make test` runs this without --copy.
+set -euo pipefail
+cd "$(dirname "$0")/.."
+if ! command -v npm >/dev/null 2>&1; then
+  echo "vendor-web: npm not found; the web UI's accessibility audit will be skipped" >&2
+  exit 0
+fi
+# Skip the install when node_modules was installed from this very lock.
+if ! cmp -s web/package-lock.json web/node_modules/.installed-from.json 2>/dev/null; then
+  npm ci --prefix web --no-audit --no-fund --loglevel=error
+  cp web/package-lock.json web/node_modules/.installed-from.json
+fi
+if [ "${1:-}" = "--copy" ]; then
+  out=src/microrag_engine/server/static/vendor
+  cp web/node_modules/markdown-it/dist/browser/markdown-it.umd.min.js "$out/markdown-it.min.js"
+  cp web/node_modules/markdown-it/LICENSE "$out/markdown-it.LICENSE"
+  cp web/node_modules/dompurify/dist/purify.min.js "$out/purify.min.js"
+  cp web/node_modules/dompurify/LICENSE "$out/purify.LICENSE"
+  echo "vendor-web: copied markdown-it and DOMPurify into $out" >&2
+fi
