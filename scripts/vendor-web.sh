@@ -17,9 +17,19 @@ if ! cmp -s web/package-lock.json web/node_modules/.installed-from.json 2>/dev/n
 fi
 if [ "${1:-}" = "--copy" ]; then
   out=src/microrag_engine/server/static/vendor
-  cp web/node_modules/markdown-it/dist/browser/markdown-it.umd.min.js "$out/markdown-it.min.js"
-  cp web/node_modules/markdown-it/LICENSE "$out/markdown-it.LICENSE"
-  cp web/node_modules/dompurify/dist/purify.min.js "$out/purify.min.js"
-  cp web/node_modules/dompurify/LICENSE "$out/purify.LICENSE"
+  m=web/node_modules
+  cp $m/markdown-it/dist/browser/markdown-it.umd.min.js "$out/markdown-it.min.js"
+  cp $m/dompurify/dist/purify.min.js "$out/purify.min.js"
+  rm -f "$out"/*.LICENSE
+  # markdown-it's browser build bundles its dependencies: every licence shipped goes along.
+  {
+    echo "Third-party code in this folder, as published on the npm registry (versions: web/package-lock.json)."
+    echo "markdown-it.min.js bundles markdown-it and its dependencies; purify.min.js is DOMPurify."
+    for pkg in markdown-it entities linkify-it mdurl uc.micro punycode.js dompurify; do
+      ver=$(node -p "const p = require('./$m/$pkg/package.json'); p.version + ' (' + p.license + ')'")
+      printf '\n==== %s %s ====\n\n' "$pkg" "$ver"
+      cat $(ls $m/$pkg/LICENSE* | head -1)
+    done
+  } > "$out/THIRD-PARTY-LICENSES.txt"
   echo "vendor-web: copied markdown-it and DOMPurify into $out" >&2
 fi

@@ -283,6 +283,7 @@ def test_answer_markdown_renders_sanitised_with_citations(llm_ui):
     link = answer.locator("a", has_text="leave policy")
     assert link.get_attribute("href") == "https://intranet.example/leave"
     assert "noopener" in link.get_attribute("rel") and link.get_attribute("target") == "_blank"
+    assert "leave policy (intranet.example)" in answer.inner_text()  # where a link goes is shown
     cite = answer.locator("a.cite", has_text="leave.md")
     assert cite.count() == 1
     cite.click()
@@ -293,6 +294,7 @@ def test_answer_markdown_renders_sanitised_with_citations(llm_ui):
     hrefs = page.eval_on_selector_all("#conversation a", "as => as.map(a => a.getAttribute('href'))")
     assert not [h for h in hrefs if not h.startswith(("https://", "#src-"))], hrefs
     assert "window.__pwned" in answer.inner_text()  # shown as text, so a reader sees what the model wrote
+    assert "[image: pixel]" in answer.inner_text()  # an image is its description, never a request
     # verification rows are the verifier's sentences, markup rendered, none of them markup alone
     rows = last_turn(page).locator(".verify li.verdict .said")
     said = rows.all_inner_texts()
@@ -501,6 +503,27 @@ def test_page_loads_with_no_failed_request_or_console_error(ui, browser):
     page.goto(srv.url + "/favicon.ico")
     page.context.close()
     assert not w.failed and not w.errors, (w.failed, w.errors)
+
+
+@needs_models
+def test_a_whole_session_under_the_real_csp_breaks_no_rule(llm_ui, browser):
+    """The other tests bypass the CSP (Playwright's waits evaluate strings); here it is
+    enforced, and asking, rendering a Markdown answer with a table and its verification,
+    and following a citation break none of its rules (a violation is a console error)."""
+    srv, _, model = llm_ui
+    model.script(markdown_reply())
+    page = browser.new_context(viewport={"width": 1280, "height": 900}).new_page()
+    w = Watched(page)
+    page.goto(srv.url + "/")
+    page.locator("#samples li button").first.wait_for()
+    page.fill("#question", "How many vacation days carry over?")
+    page.press("#question", "Enter")
+    page.locator("#conversation .verify li.verdict").first.wait_for(timeout=60_000)
+    page.locator("#conversation .answer a.cite").first.click()
+    page.locator("#sources li.highlight").wait_for()
+    assert page.locator("#conversation .answer table").count() == 1  # the part whose alignment is a style attribute
+    page.context.close()
+    assert not w.errors and not w.failed, (w.errors, w.failed)
 
 
 @pytest.mark.skipif(not (ROOT / "web" / "node_modules").exists(), reason="web/node_modules not installed "

@@ -39,6 +39,16 @@ function el(tag, attrs = {}, ...children) {
 // ------------------------------------------------------------ Markdown, sanitised
 
 const md = window.markdownit({ html: false, linkify: false, typographer: false });
+// No image is ever loaded from an answer (a classic exfiltration channel): it shows as its alt text.
+md.renderer.rules.image = (tokens, i) => md.utils.escapeHtml(`[image: ${tokens[i].content || "no description"}]`);
+// Table alignment is the only style attribute markdown-it writes; the CSP forbids inline
+// styles, and merely parsing one (inside the sanitiser) is reported as a violation.
+md.core.ruler.push("no_style_attributes", (state) => {
+  for (const tok of state.tokens) {
+    if (tok.attrs) tok.attrs = tok.attrs.filter(([name]) => name !== "style");
+    for (const child of tok.children || []) if (child.attrs) child.attrs = child.attrs.filter(([name]) => name !== "style");
+  }
+});
 const PURIFY = {
   ALLOWED_TAGS: ["p", "br", "strong", "em", "b", "i", "s", "del", "code", "pre", "ul", "ol", "li", "a", "blockquote",
     "h1", "h2", "h3", "h4", "h5", "h6", "hr", "table", "thead", "tbody", "tr", "th", "td"],
@@ -55,8 +65,12 @@ function markdown(text, { inline = false, cite = null } = {}) {
   const cites = [];
   const src = text.replace(/[\uE000\uE001]/g, "").replace(CITE, (_, doc, k) => `\uE000${cites.push([doc, k]) - 1}\uE001`);
   const frag = DOMPurify.sanitize(inline ? md.renderInline(src) : md.render(src), PURIFY);
-  for (const a of frag.querySelectorAll("a[href]")) { // links leave the page, and say where to
+  for (const a of frag.querySelectorAll("a[href]")) {
+    // A link leaves the page in a new tab and says where it goes: a planted document can
+    // word a link any way it likes, but not hide its destination.
     a.target = "_blank"; a.rel = "noopener noreferrer nofollow"; a.title = a.href;
+    const host = a.protocol === "mailto:" ? "email" : a.host;
+    if (!a.textContent.includes(host)) a.after(el("span", { class: "host", text: ` (${host})` }));
   }
   for (const h of frag.querySelectorAll("h1, h2, h3, h4, h5, h6")) { // below the page's own headings
     const n = document.createElement("h" + Math.min(6, Number(h.tagName[1]) + 2));
