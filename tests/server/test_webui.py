@@ -14,6 +14,7 @@ from __future__ import annotations
 
 import json
 import os
+import re
 import shutil
 from pathlib import Path
 
@@ -26,7 +27,7 @@ pytestmark = pytest.mark.skipif(not Path(CHROMIUM).exists(), reason="Debian's ch
                                 "(make test installs it: scripts/install-chromium.sh)")
 
 from conftest import needs_models  # noqa: E402
-from helpers.llm import ScriptedServer, delta, sse, start  # noqa: E402
+from helpers.llm import ScriptedServer, delta, sse, start, stream_chat  # noqa: E402
 from helpers.server import Running  # noqa: E402
 
 ROOT = Path(__file__).resolve().parents[2]
@@ -49,6 +50,11 @@ MARKDOWN_ANSWER = [
     "```python\ndays = carry_over(unused, limit=5)  # " + "x" * 160 + "\n```\n\n",
     f"See the [leave policy](https://intranet.example/leave) and {LONG}.\n\n",
     "| kind | days |\n|---|---:|\n| vacation | 20 |\n\n",
+    "The rules are written down [source: handbooks/engineering/really_long_document_name_about_vacation_carry_over_"
+    "rules_for_everyone.md · chunk 0].\n\n",
+    # forged citations: wrapped in a link of the model's own, dressed up as one, or of a chunk never retrieved
+    "Official: [[source: leave.md · chunk 0]](https://evil.example/phish) and [[leave.md · chunk 0]](https://evil.example/x).\n\n",
+    "The CEO's salary is public [source: salaries.md · chunk 0].\n\n",
     HOSTILE,
 ]
 
@@ -91,37 +97,74 @@ def shots():
     return out
 
 
+LONG_NAME = "handbooks/engineering/really_long_document_name_about_vacation_carry_over_rules_for_everyone.md"
+
+
 def _hostile_corpus(tmp: Path) -> Path:
-    (tmp / "corpus").mkdir(parents=True)
+    (tmp / "corpus" / Path(LONG_NAME).parent).mkdir(parents=True)
     (tmp / "corpus" / "cafeteria.txt").write_text(HOSTILE)
+    (tmp / "corpus" / LONG_NAME).write_text("# Carry-over rules\n\nUnused vacation days carry over until March 31.")
     return tmp
 
 
 @pytest.fixture(scope="module")
-def ui(tmp_path_factory, browser):
-    """The default server (extractive answers) and one Chromium page."""
+def ui_server(tmp_path_factory):
+    """The default server (extractive answers); nothing is uploaded to it."""
     srv = Running(_hostile_corpus(tmp_path_factory.mktemp("ui")), rate_per_minute=100_000)
-    page = new_page(browser)
-    yield srv, Watched(page)
-    page.context.close()
+    yield srv
     srv.stop()
 
 
 @pytest.fixture(scope="module")
-def llm_ui(tmp_path_factory, browser):
-    """A server whose model writes MARKDOWN_ANSWER (Markdown, a long token, hostile markup)."""
+def upload_server(tmp_path_factory):
+    """A server for the upload tests, whose uploads would change what the others see."""
+    srv = Running(tmp_path_factory.mktemp("uploads"), rate_per_minute=100_000)
+    yield srv
+    srv.stop()
+
+
+@pytest.fixture(scope="module")
+def model_server(tmp_path_factory):
+    """A server whose scripted model writes what each test scripts (MARKDOWN_ANSWER mostly)."""
     model = ScriptedServer(url="")
     httpd, _ = start(model)
     srv = Running(_hostile_corpus(tmp_path_factory.mktemp("llm-ui")), rate_per_minute=100_000, llm=model.cfg())
-    page = new_page(browser)
-    yield srv, Watched(page), model
-    page.context.close()
+    yield srv, model
     srv.stop()
     httpd.shutdown()
 
 
+@pytest.fixture
+def page(browser):
+    """A fresh browser context per test: no key, conversation or focus left by another test."""
+    page = new_page(browser)
+    yield page
+    page.context.close()
+
+
+@pytest.fixture
+def ui(ui_server, page):
+    return ui_server, Watched(page)
+
+
+@pytest.fixture
+def llm_ui(model_server, page):
+    srv, model = model_server
+    return srv, Watched(page), model
+
+
+@pytest.fixture
+def upload_ui(upload_server, page):
+    return upload_server, Watched(page)
+
+
 def markdown_reply():
     return sse(*(delta(content=piece) for piece in MARKDOWN_ANSWER))
+
+
+def slow_reply(responder_gap_s: float = 0.4, pieces: int = 40):
+    """A model that takes its time: 40 pieces, 0.4 s apart."""
+    return lambda h: stream_chat(h, [f"Piece {i} of a slow answer about vacation days. " for i in range(pieces)], responder_gap_s)
 
 
 def use_key(page, key: str, ready: str | None = None) -> None:
@@ -158,22 +201,29 @@ def no_horizontal_overflow(page) -> None:
     assert max(sizes) <= width and not wide, (width, sizes, wide)
 
 
-def axe_violations(page, *, include: str = "body") -> list[str]:
-    """Serious or critical axe-core findings on the page as it stands."""
+def axe_findings(page) -> list[str]:
+    """Serious or critical axe-core findings on the page as it stands: violations, and the
+    checks axe could not decide ("incomplete": a person would have to), except a contrast
+    axe cannot measure because the text sits in a box that scrolls under another (its
+    colours are the same as those of the measured text around it)."""
     if page.evaluate("typeof window.axe") == "undefined":
         page.add_script_tag(path=str(AXE))
-    found = page.evaluate("sel => axe.run(sel, {resultTypes: ['violations']}).then(r => r.violations"
-                          ".filter(v => v.impact === 'serious' || v.impact === 'critical')"
-                          ".map(v => v.id + ' (' + v.impact + '): ' + v.nodes.slice(0, 3).map(n => n.target.join(' ')).join(', ')))",
-                          include)
-    return found
+    return page.evaluate("""() => axe.run(document, {resultTypes: ['violations', 'incomplete']}).then(r =>
+        [...r.violations, ...r.incomplete.filter(v => v.id !== 'color-contrast')]
+        .filter(v => v.impact === 'serious' || v.impact === 'critical')
+        .map(v => v.id + ' (' + v.impact + '): ' + v.nodes.slice(0, 3)
+        .map(n => n.target.join(' ') + ' ' + n.failureSummary).join(', ')))""")
+
+
+def external_hrefs(page, where: str = "#conversation") -> list[str]:
+    return page.eval_on_selector_all(f"{where} a:not(.cite):not(.jump)", "as => as.map(a => a.getAttribute('href'))")
 
 
 # ---------------------------------------------------------------- asking
 
 
 @needs_models
-def test_ask_shows_cited_answer_and_score_bars(ui, shots):
+def test_ask_shows_cited_answer_and_score_bars(ui):
     srv, w = ui
     page = w.page
     page.goto(srv.url + "/")
@@ -188,13 +238,17 @@ def test_ask_shows_cited_answer_and_score_bars(ui, shots):
         assert first.locator(f".bar.{kind}").count() == 1
     assert float(first.locator(".bar.hy").get_attribute("aria-valuenow")) > 0
     assert "Grounding gate passed" in page.inner_text("#status") and "null" not in page.inner_text("#status")
+    assert "Answer complete" in page.inner_text("#status")  # announced: #status is a live region
     # every answer sentence carries its NLI verdict, linked to the chunk that decided it
     verdicts = turn.locator(".verify li.verdict")
     assert verdicts.count() >= 1 and "✓ supported" in verdicts.first.inner_text()
-    assert verdicts.first.locator("a.cite").count() == 1
     assert "sentences supported" in turn.locator(".verify").inner_text()
+    verdicts.first.locator("a.cite").last.click()
+    assert page.locator("#sources li.highlight").count() == 1
     cite.click()
     assert "highlight" in (first.get_attribute("class") or "")
+    page.keyboard.press("Escape")  # from the chunk back to the citation that led there
+    assert page.evaluate("document.activeElement.classList.contains('cite')")
     w.clean()
 
 
@@ -211,7 +265,25 @@ def test_reader_never_sees_restricted_chunks_or_titles(ui):
     assert "salaries.md" not in page.inner_text("#sources")
     assert "180000" not in page.inner_text("#conversation")
     assert page.locator("#contribute").is_hidden() and page.locator("#admin").is_hidden()
-    use_key(page, "")
+
+
+@needs_models
+def test_another_key_starts_another_conversation(ui):
+    srv, w = ui
+    page = w.page
+    page.goto(srv.url + "/")
+    sent: list[dict] = []
+    page.on("request", lambda r: sent.append(json.loads(r.post_data)) if r.url.endswith("/query") else None)
+    use_key(page, srv.key["admin"], ready="#admin:not([hidden])")
+    ask(page, "What does the L5 salary band pay?")
+    assert "salaries.md" in page.inner_text("#sources")
+    use_key(page, srv.key["reader"])
+    page.wait_for_function("document.querySelector('#whoami').textContent.includes('reader')")
+    # what the admin asked and read is gone from the screen, and never sent as the reader's history
+    assert page.locator("#conversation > li").count() == 0 and page.inner_text("#sources") == ""
+    ask(page, "and what about L6?")
+    assert sent[-1]["history"] == []
+    assert "180000" not in page.inner_text("body")
 
 
 @needs_models
@@ -221,9 +293,8 @@ def test_sample_questions_come_from_the_index_and_ask(ui):
     page.goto(srv.url + "/")
     page.wait_for_selector("#samples li button")
     offered = page.locator("#samples li button").all_inner_texts()
-    titles = {"VPN", "Leave", "Deploys"}  # the handbook's public titles; never the restricted one
-    assert offered and all(any(t in q for t in titles) or "cafeteria" in q for q in offered), offered
-    assert not any("Salary" in q for q in offered)
+    titles = {"VPN", "Leave", "Deploys", "cafeteria", "Carry-over rules"}  # the public titles; never "Salary bands"
+    assert offered and all(any(t in q for t in titles) for q in offered), offered
     assert page.get_attribute("#question", "placeholder").startswith("e.g. ")
     page.locator("#samples li button").first.focus()
     page.keyboard.press("Enter")  # a suggestion is asked at once
@@ -231,6 +302,7 @@ def test_sample_questions_come_from_the_index_and_ask(ui):
                            "!document.querySelector('#askbtn').disabled")
     assert last_turn(page).locator(".q").inner_text() == offered[0]
     assert page.locator("#samples").is_hidden()  # the conversation has started
+    assert page.evaluate("document.activeElement.id") == "question"  # the focus did not fall to the page
 
 
 # ---------------------------------------------------------------- conversations
@@ -251,17 +323,46 @@ def test_follow_up_uses_the_conversation_and_new_conversation_forgets_it(ui):
     assert [t["role"] for t in sent[1]["history"]] == ["user", "assistant"]
     assert sent[1]["history"][0]["content"] == "How many vacation days do employees get?"
     assert sent[1]["history"][1]["content"].split()[:3] == first_answer.split()[:3]
-    # the follow-up was searched for with what it refers to, and the page says so
-    assert "retrieval query" in last_turn(page).locator(".flags").inner_text()
+    # the follow-up was searched for with what it refers to, and the page says so in words
+    flags = last_turn(page).locator(".flags").inner_text()
+    assert "searched for (with the conversation): How many vacation days" in flags and "hmac" not in flags
     assert "leave.md" in page.inner_text("#sources")
     # a citation in the older turn brings its own sources back
-    page.locator("#conversation > li").first.locator("a.cite").first.click()
+    page.locator("#conversation > li").first.locator(".answer a.cite").first.click()
     assert page.locator("#sources li.highlight").count() == 1
     page.click("#newconv")
     assert page.locator("#conversation > li").count() == 0
     assert page.evaluate("document.activeElement.id") == "question"
     ask(page, "Who approves production deploys?")
     assert sent[-1]["history"] == []
+
+
+@needs_models
+def test_new_conversation_or_stop_during_a_slow_answer_leaves_nothing_behind(llm_ui):
+    srv, w, model = llm_ui
+    page = w.page
+    page.goto(srv.url + "/")
+    sent: list[dict] = []
+    page.on("request", lambda r: sent.append(json.loads(r.post_data)) if r.url.endswith("/query") else None)
+    model.script(slow_reply(), slow_reply(), markdown_reply())
+    page.fill("#question", "How many vacation days do employees get?")
+    page.press("#question", "Enter")
+    # (the server sends an answer only once the whole of it has passed the output guard, so
+    # the wait is between the sources and the first words)
+    page.locator("#sources li").first.wait_for()
+    page.click("#stopbtn")
+    page.wait_for_function("!document.querySelector('#askbtn').disabled")
+    assert "stopped" in last_turn(page).inner_text().lower() and page.locator("#stopbtn").is_hidden()
+    # a second slow answer, abandoned for a new conversation halfway
+    page.fill("#question", "And how many carry over?")
+    page.press("#question", "Enter")
+    page.wait_for_function("document.querySelectorAll('#conversation > li').length === 2 && "
+                           "document.querySelector('#sources li') !== null")
+    page.click("#newconv")
+    assert page.locator("#conversation > li").count() == 0
+    ask(page, "How many vacation days carry over?")
+    assert sent[-1]["history"] == []  # neither the stopped nor the abandoned answer is history
+    assert page.locator("#conversation > li").count() == 1 and "Piece" not in page.inner_text("#conversation")
 
 
 # ---------------------------------------------------------------- Markdown and hostile content
@@ -271,7 +372,7 @@ def test_follow_up_uses_the_conversation_and_new_conversation_forgets_it(ui):
 def test_answer_markdown_renders_sanitised_with_citations(llm_ui):
     srv, w, model = llm_ui
     page = w.page
-    model.script(*[markdown_reply() for _ in range(4)])
+    model.script(markdown_reply())
     page.goto(srv.url + "/")
     ask(page, "How many vacation days carry over?")
     answer = last_turn(page).locator(".answer")
@@ -285,21 +386,30 @@ def test_answer_markdown_renders_sanitised_with_citations(llm_ui):
     assert "noopener" in link.get_attribute("rel") and link.get_attribute("target") == "_blank"
     assert "leave policy (intranet.example)" in answer.inner_text()  # where a link goes is shown
     cite = answer.locator("a.cite", has_text="leave.md")
-    assert cite.count() == 1
-    cite.click()
+    assert cite.count() >= 1
+    cite.first.click()
     assert page.locator("#sources li.highlight").count() == 1
+    # every citation link is to a chunk this answer retrieved; a forged one is shown as such
+    sources = set(page.eval_on_selector_all("#sources li", "ls => ls.map(l => l.id)"))
+    cited = page.eval_on_selector_all("#conversation a.cite", "as => as.map(a => a.getAttribute('href').slice(1))")
+    assert cited and set(cited) <= sources, (cited, sources)
+    assert "[salaries.md · chunk 0] (not among this answer's sources)" in answer.inner_text()
+    # the model's own link cannot wrap a citation or dress up as one, and is the only one leaving
+    assert page.locator("#conversation a a").count() == 0
+    assert external_hrefs(page, "#conversation .answer") == ["https://intranet.example/leave"]
+    assert set(external_hrefs(page)) == {"https://intranet.example/leave"}  # the verification rows too
     # the hostile part of the answer is inert text: nothing ran, nothing loaded, no live link
     for tag in ("script", "img", "iframe", "style"):
         assert page.locator(f"#conversation {tag}, #sources {tag}").count() == 0, tag
-    hrefs = page.eval_on_selector_all("#conversation a", "as => as.map(a => a.getAttribute('href'))")
-    assert not [h for h in hrefs if not h.startswith(("https://", "#src-"))], hrefs
     assert "window.__pwned" in answer.inner_text()  # shown as text, so a reader sees what the model wrote
     assert "[image: pixel]" in answer.inner_text()  # an image is its description, never a request
     # verification rows are the verifier's sentences, markup rendered, none of them markup alone
-    rows = last_turn(page).locator(".verify li.verdict .said")
-    said = rows.all_inner_texts()
-    assert said and not [s for s in said if not any(ch.isalnum() for ch in s)], said
-    assert last_turn(page).locator(".verify li.verdict pre code").count() == 1  # the code block is one row
+    turn = last_turn(page)
+    said = turn.locator(".verify li.verdict").all_inner_texts()
+    assert said and not [s for s in said if not any(ch.isalnum() for ch in s.split(" ", 2)[-1])], said
+    assert turn.locator(".verify details pre code").count() == 1  # the code block is one row, folded
+    assert any("kind: vacation; days: 20" in s for s in said)  # a table row, read with its header
+    assert not any("Carry-over" in s.split("\\n")[0] for s in said)  # a short heading is a title, not a claim
     w.clean()
 
 
@@ -313,8 +423,7 @@ def test_hostile_document_stays_text_in_answer_and_sources(ui):
     assert "onerror" in page.inner_text("#sources")  # the chunk, shown as the text it is
     for tag in ("script", "img", "iframe", "style"):
         assert page.locator(f"#conversation {tag}, #sources {tag}").count() == 0, tag
-    hrefs = page.eval_on_selector_all("#conversation a, #sources a", "as => as.map(a => a.getAttribute('href'))")
-    assert all(h.startswith("#src-") for h in hrefs), hrefs
+    assert external_hrefs(page, "#conversation") == [] and external_hrefs(page, "#sources") == []
     w.clean()
 
 
@@ -332,19 +441,24 @@ def test_no_horizontal_scroll_at_any_width(llm_ui, shots, width):
     no_horizontal_overflow(page)
     ask(page, "How many vacation days carry over?")
     page.locator("#sources li").first.wait_for()
+    assert LONG_NAME in page.inner_text("#conversation")  # a long cited name, which must wrap
     no_horizontal_overflow(page)
-    assert page.locator("#question").is_visible() and page.locator("#askbtn").is_visible()
     box = page.locator("#askbtn").bounding_box()
     assert box["x"] + box["width"] <= width  # the Ask button is on screen, not pushed off it
-    if width in (390, 1440):
-        page.screenshot(path=str(shots / ("phone.png" if width == 390 else "desktop.png")), full_page=True)
+    page.screenshot(path=str(shots / f"ui-{width}.png"), full_page=True)
+    # the contributor's and the admin's sections too, with a long-named upload in them
+    use_key(page, srv.key["admin"], ready="#admin:not([hidden])")
+    drop_files(page, {f"{'quarterly-planning-notes-' * 4}{width}.md": TEXT_DROP})
+    page.wait_for_function("document.querySelector('#uploads li .state:not(.sending)') !== null")
+    page.wait_for_selector("#audit tbody tr")
+    no_horizontal_overflow(page)
     w.clean()
 
 
 # ---------------------------------------------------------------- contributing
 
 
-TEXT_DROP = "# Capybara lounge\n\nThe capybara lounge is on floor 7, next to the library."
+TEXT_DROP = "# Capybara lounge\\n\\nThe capybara lounge is on floor 7, next to the library."
 
 
 def drop_files(page, files: dict[str, str]) -> None:
@@ -358,48 +472,56 @@ def drop_files(page, files: dict[str, str]) -> None:
 
 
 @needs_models
-def test_drag_and_drop_upload_shows_quarantine_then_review(ui, shots):
-    srv, w = ui
+def test_drag_and_drop_upload_shows_quarantine_then_review(upload_ui, shots):
+    srv, w = upload_ui
     page = w.page
-    page.set_viewport_size({"width": 1280, "height": 900})
     page.goto(srv.url + "/")
     use_key(page, srv.key["contrib"], ready="#contribute:not([hidden])")
-    drop_files(page, {"capybara.md": TEXT_DROP, "scan.pdf": "%PDF-1.7 binary"})
-    page.wait_for_function("document.querySelectorAll('#uploads li .state:not(.sending)').length === 2")
+    # only the labels this key may publish are offered
+    assert page.eval_on_selector_all("#droplabel option", "os => os.map(o => o.value)") == ["public", "internal"]
+    drop_files(page, {"capybara.md": TEXT_DROP, "scan.pdf": "%PDF-1.7 binary", "huge.md": "x" * 1_200_000})
+    page.wait_for_function("document.querySelectorAll('#uploads li .state:not(.sending)').length === 3")
     rows = page.locator("#uploads li").all_inner_texts()
-    assert any("quarantined" in r and "capybara.md" in r for r in rows), rows
+    assert any(r.startswith("quarantined") and "capybara.md: waiting for an admin's review" in r for r in rows), rows
     assert any("not sent" in r and "scan.pdf" in r and "microrag ingest" in r for r in rows), rows
+    assert any("not sent" in r and "huge.md" in r and "upload limit" in r for r in rows), rows  # refused before sending
     page.wait_for_function("document.querySelector('#mine').textContent.includes('capybara.md')")
     assert "quarantined" in page.inner_text("#mine")
     page.screenshot(path=str(shots / "upload.png"), full_page=True)
     doc = next(r for r in rows if "capybara.md" in r).split(": ")[0].split()[-1]
 
-    use_key(page, srv.key["admin"], ready="#admin:not([hidden])")
-    page.wait_for_selector(f"#queue button[aria-label='Approve {doc}']")
-    page.screenshot(path=str(shots / "admin.png"), full_page=True)
-    page.click(f"#queue button[aria-label='Approve {doc}']")
-    page.wait_for_function("document.querySelector('#queue').textContent.includes('Nothing waiting')")
-    assert page.locator("#audit tbody tr").count() > 0
+    admin = page.context.new_page()  # an admin, in another tab, approves it
+    admin.goto(srv.url + "/")
+    use_key(admin, srv.key["admin"], ready="#admin:not([hidden])")
+    admin.wait_for_selector(f"#queue button[aria-label='Approve {doc}']")
+    admin.screenshot(path=str(shots / "admin.png"), full_page=True)
+    admin.focus(f"#queue button[aria-label='Approve {doc}']")
+    admin.keyboard.press("Enter")
+    admin.wait_for_function("document.querySelector('#queue').textContent.includes('Nothing waiting')")
+    assert "Approved" in admin.inner_text("#adminstatus")
+    admin.wait_for_function("document.activeElement.id === 'adm-h'")  # the focus stays in the queue, not on the page
+    assert admin.locator("#audit tbody tr").count() > 0
 
-    use_key(page, srv.key["contrib"], ready="#contribute:not([hidden])")
-    page.wait_for_function("document.querySelector('#mine').textContent.includes('live')")
+    # the contributor's page sees it go live without a reload (it looks again while something waits)
+    page.wait_for_function("[...document.querySelectorAll('#uploads li')].some(li => li.textContent.includes('capybara.md') "
+                           "&& li.querySelector('.state').textContent === 'live')", timeout=45_000)
+    assert "live" in page.inner_text("#mine")
     use_key(page, "")
     ask(page, "Where is the capybara lounge?")
     assert doc in page.inner_text("#sources")
 
 
 @needs_models
-def test_pasted_upload_still_works(ui):
-    srv, w = ui
+def test_pasted_upload_still_works(upload_ui):
+    srv, w = upload_ui
     page = w.page
     page.goto(srv.url + "/")
     use_key(page, srv.key["contrib"], ready="#contribute:not([hidden])")
     page.click("#contribute summary")
     page.fill("#upsource", "facilities/otters.md")
-    page.fill("#upbody", "# Otter pond\n\nThe otter pond is behind building C.")
+    page.fill("#upbody", "# Otter pond\\n\\nThe otter pond is behind building C.")
     page.click("#uploadform button[type=submit]")
     page.wait_for_function("document.querySelector('#upstatus').textContent.includes('quarantined')")
-    use_key(page, "")
 
 
 # ---------------------------------------------------------------- accessibility
@@ -407,35 +529,42 @@ def test_pasted_upload_still_works(ui):
 
 @needs_models
 @pytest.mark.skipif(not AXE.exists(), reason="axe-core not installed (make test runs scripts/vendor-web.sh: npm ci in web/)")
-@pytest.mark.parametrize("width", (390, 1440))
-def test_axe_finds_no_serious_violation(llm_ui, width):
+@pytest.mark.parametrize("width", WIDTHS)
+def test_axe_finds_no_serious_issue_on_any_screen(llm_ui, width):
     srv, w, model = llm_ui
     page = w.page
     page.set_viewport_size({"width": width, "height": 900})
     page.goto(srv.url + "/")
-    assert axe_violations(page) == []
+    page.wait_for_selector("#samples li button")
+    assert axe_findings(page) == []
     model.script(markdown_reply())
     ask(page, "How many vacation days carry over?")
     page.locator("#conversation a.cite").first.click()
-    assert axe_violations(page) == []
-    use_key(page, srv.key["admin"], ready="#admin:not([hidden])")
-    page.wait_for_selector("#queue li")
-    assert axe_violations(page) == []  # the contributor's and the admin's sections too
-    use_key(page, "")
+    page.locator("#conversation details summary").first.click()  # a folded code row, open
+    assert axe_findings(page) == []
+    use_key(page, srv.key["admin"], ready="#admin:not([hidden])")  # the contributor's and the admin's sections
+    drop_files(page, {f"axe-{width}.md": TEXT_DROP, "scan.pdf": "%PDF"})
+    page.wait_for_function("document.querySelectorAll('#uploads li .state:not(.sending)').length === 2")
+    page.wait_for_selector("#queue li button")
+    page.click("#contribute summary")
+    assert axe_findings(page) == []
 
 
 @needs_models
 def test_keyboard_alone_reaches_every_control_with_visible_focus(ui):
     srv, w = ui
     page = w.page
-    page.set_viewport_size({"width": 1280, "height": 900})
+    # (listening from the start: Playwright turns on file-chooser interception when the first
+    # listener arrives, and a chooser opened before that is never reported)
+    choosers: list = []
+    page.on("filechooser", lambda chooser: choosers.append(chooser))
     page.goto(srv.url + "/")
     use_key(page, srv.key["admin"], ready="#admin:not([hidden])")
     page.wait_for_selector("#samples li button")
     ask(page, "How many vacation days do employees get?")
     page.focus(".skip")  # the first stop; every other one follows by Tab alone
     reached, unfocused = [], []
-    for _ in range(120):
+    for _ in range(150):
         page.keyboard.press("Tab")
         info = page.evaluate("""() => { const e = document.activeElement; const s = getComputedStyle(e);
             return {tag: e.tagName, id: e.id, cls: e.className, text: (e.textContent || '').trim().slice(0, 40),
@@ -451,8 +580,19 @@ def test_keyboard_alone_reaches_every_control_with_visible_focus(ui):
     assert any(r["cls"] == "cite" for r in reached)  # citation links
     assert any(r["tag"] == "SUMMARY" for r in reached)  # "Or paste text"
     assert not unfocused, unfocused  # every stop shows where the focus is
-    use_key(page, "")
+    # Enter on a citation brings its chunk; Enter on "Choose files" opens the file chooser
+    page.focus("#conversation .answer a.cite")
+    page.keyboard.press("Enter")
+    assert page.locator("#sources li.highlight").count() == 1
+    page.focus("#choosefiles")
+    page.keyboard.press("Enter")
+    for _ in range(50):
+        if choosers:
+            break
+        page.wait_for_timeout(100)
+    assert choosers and choosers[0].is_multiple()
     # on a fresh page the skip link is the first stop, and it lands on the question
+    use_key(page, "")
     page.goto(srv.url + "/")
     page.keyboard.press("Tab")
     assert page.evaluate("document.activeElement.className") == "skip"
@@ -471,21 +611,21 @@ def test_every_form_control_has_a_label(ui):
         .filter(e => !e.hidden && e.type !== 'hidden' && !(e.labels && e.labels.length) && !e.getAttribute('aria-label')
                      && !(e.tagName === 'BUTTON' && e.textContent.trim())).map(e => e.id || e.outerHTML)""")
     assert unlabelled == []
-    use_key(page, "")
 
 
 # ---------------------------------------------------------------- what is served
 
 
-def test_page_is_served_with_a_strict_csp(ui):
+def test_page_is_served_with_a_strict_csp(ui_server):
     import httpx
 
-    srv, _ = ui
+    srv = ui_server
     r = httpx.get(srv.url + "/")
     assert r.status_code == 200 and "<form id=\"askform\">" in r.text
     csp = r.headers["content-security-policy"]
     assert "script-src 'self'" in csp and "style-src 'self'" in csp and "'unsafe-inline'" not in csp
-    assert "<script>" not in r.text and " on" not in r.text.split("<body>")[1].split("<script")[0].replace(" only", "")
+    body = r.text.split("<body>")[1]
+    assert "<script>" not in body and "style=" not in body and not re.search(r"\son[a-z]+=", body)  # nothing inline
     for asset in ("/ui/app.js", "/ui/vendor/markdown-it.min.js", "/ui/vendor/purify.min.js", "/ui/favicon.svg"):
         got = httpx.get(srv.url + asset)
         assert got.status_code == 200 and got.headers["content-security-policy"] == csp, asset
@@ -494,23 +634,20 @@ def test_page_is_served_with_a_strict_csp(ui):
 
 
 @needs_models
-def test_page_loads_with_no_failed_request_or_console_error(ui, browser):
-    srv, _ = ui
-    page = new_page(browser)
-    w = Watched(page)
-    page.goto(srv.url + "/")
-    page.wait_for_selector("#samples li button")
-    page.goto(srv.url + "/favicon.ico")
-    page.context.close()
+def test_page_loads_with_no_failed_request_or_console_error(ui):
+    srv, w = ui
+    w.page.goto(srv.url + "/")
+    w.page.wait_for_selector("#samples li button")
+    w.page.goto(srv.url + "/favicon.ico")
     assert not w.failed and not w.errors, (w.failed, w.errors)
 
 
 @needs_models
-def test_a_whole_session_under_the_real_csp_breaks_no_rule(llm_ui, browser):
+def test_a_whole_session_under_the_real_csp_breaks_no_rule(model_server, browser):
     """The other tests bypass the CSP (Playwright's waits evaluate strings); here it is
     enforced, and asking, rendering a Markdown answer with a table and its verification,
     and following a citation break none of its rules (a violation is a console error)."""
-    srv, _, model = llm_ui
+    srv, model = model_server
     model.script(markdown_reply())
     page = browser.new_context(viewport={"width": 1280, "height": 900}).new_page()
     w = Watched(page)

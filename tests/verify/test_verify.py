@@ -8,9 +8,13 @@ from __future__ import annotations
 import json
 
 import pytest
+from hypothesis import given
+from hypothesis import settings as hsettings
+from hypothesis import strategies as st
 
 from conftest import needs_models, run_cli
 from helpers.llm import delta, sse
+from helpers.timing import best_time
 from microrag_engine.verify import (
     CONTRADICTED,
     ENTAILED,
@@ -60,12 +64,35 @@ class Scripted:
      ["Steps:", "Open the portal.", "Enter your name", "Approve the push"]),
     # markup or punctuation alone is no sentence (MkDocs "///", a stray brace); a fence is one unit
     ("Send this:\n///\n```JSON\n{\"a\": 1}\n```\n{\n}\n---", ["Send this:", "```JSON\n{\"a\": 1}\n```"]),
-    # a heading's or quote's marker is structure, its words are checked
-    ("## Carry-over\n> Days expire in March.", ["Carry-over", "Days expire in March."]),
+    # a short heading is a title, a long one a claim; a quote's marker is structure
+    ("## Carry-over\n> Days expire in March.", ["Days expire in March."]),
+    ("# Unused days expire on March 31 unless HR approves it", ["Unused days expire on March 31 unless HR approves it"]),
+    # a table: the header row names the cells of each row, the rule row is markup
+    ("| kind | days |\n|---|---:|\n| vacation | 20 |\n| sick | 10 |\nDone.", ["kind: vacation; days: 20", "kind: sick; days: 10", "Done."]),
+    ("| a | b |\n| 1 | 2 | 3 |", ["a; b", "1; 2; 3"]),
     ("", []),
 ])
 def test_split_sentences(answer, expected):
     assert split_sentences(answer) == expected
+
+
+MARKUP = st.sampled_from(["|", "---", "| a | b |", "|---|---|", "# ", "## T", "```", "~~~", "- ", "1. ", "> ", "{", "///",
+                          "\n", " ", "word", "Days expire.", "[source: a.md · chunk 1]", "e.g.", "3.5"])
+
+
+@hsettings(max_examples=300, deadline=None)
+@given(st.lists(MARKUP | st.text(max_size=12), max_size=40).map("".join))
+def test_split_sentences_of_any_markup_gives_claims_only(answer):
+    for unit in split_sentences(answer):
+        assert unit.strip() and any(ch.isalnum() for ch in unit), unit
+
+
+@pytest.mark.parametrize("piece", ["| a | b |\n", "|" + " " * 50 + "x\n", "#" * 7 + " word\n", "- " * 30 + "\n", " " * 200 + "-\n"])
+def test_split_sentences_time_grows_linearly(piece):
+    small, big = piece * 500, piece * 2_000
+    t_small = best_time(lambda: split_sentences(small))
+    t_big = best_time(lambda: split_sentences(big))
+    assert t_big / max(t_small, 1e-4) < 10, (t_small, t_big)  # linear: ~4x
 
 
 def test_strip_citations_leaves_the_claim():

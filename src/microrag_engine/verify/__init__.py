@@ -38,9 +38,25 @@ CITATION = rx.compile(rx.SPACE + "*" + _CITE)
 _LEADING_CITATIONS = rx.compile(rf"^(?:{rx.SPACE}*{_CITE})+")
 _ABBREV = re.compile(r"(?:\b(?:e\.g|i\.e|etc|vs|approx|No|Fig|Inc|Ltd|al)\.|\b[A-Z]\.)$")
 _TITLE = re.compile(r"\b(?:Dr|Mr|Mrs|Ms|Prof|St)\.$")
-# List items ("- x", "* x", "1. x", "2) x"), headings ("## x") and quotes ("> x") at the
-# start of a line: the marker is structure, the rest is the claim.
-_BULLET = re.compile(r"^\s*(?:[-*\u2022]|\d{1,2}[.)]|#{1,6}|>)\s+")
+# List items ("- x", "* x", "1. x", "2) x") and quotes ("> x") at the start of a line:
+# the marker is structure, the rest is the claim.
+_BULLET = re.compile(r"^\s*(?:[-*\u2022]|\d{1,2}[.)]|>)\s+")
+# A Markdown heading; one of a few words, not ending like a sentence, is a title ("## Carry-over").
+_HEADING = re.compile(r"^\s*#{1,6}\s+")
+TITLE_WORDS = 8
+
+
+def _cells(line: str) -> list[str]:
+    return [c.strip() for c in line.strip().strip("|").split("|")]
+
+
+def _is_row(line: str) -> bool:
+    return line.lstrip().startswith("|") and line.count("|") >= 2
+
+
+def _is_rule(line: str) -> bool:
+    """A table's separator row ("|---|:--:|"): the row above it is the header."""
+    return "---" in line and not line.strip().strip("|:- \t")
 
 
 @dataclass(frozen=True)
@@ -104,16 +120,39 @@ def split_sentences(answer: str) -> list[str]:
 
     Sentence boundaries come from ``chunk.sentence_spans`` (which keeps "3.5"
     whole), then a cut after a common abbreviation ("e.g.", "Dr.") is undone;
-    bullets are stripped and each line starts a new sentence.
+    bullets are stripped and each line starts a new sentence. Markup is structure, not a
+    claim: a line of punctuation alone ("///", "{") and a short heading are skipped; a
+    longer heading is checked as a sentence; a table's header row is skipped and each of
+    its rows is checked as "header: cell; ..." (what the row says).
     """
     out: list[str] = []
     pending_break = True
     code: list[str] | None = None  # lines of an open fenced code block: one unit, as the answerer quotes it
-    for raw in answer.splitlines():
+    lines = answer.splitlines()
+    header: list[str] = []  # the header cells of the table being read
+    for i, raw in enumerate(lines):
+        if code is None and _is_row(raw):
+            if i + 1 < len(lines) and _is_rule(lines[i + 1]):
+                header = _cells(raw)
+            elif not _is_rule(raw):
+                cells = _cells(raw)
+                named = zip(header, cells) if len(header) == len(cells) else (("", c) for c in cells)
+                row = "; ".join(f"{h}: {c}" if h else c for h, c in named if c)
+                if any(ch.isalnum() for ch in row):
+                    out.append(row)
+            pending_break = True
+            continue
+        header = []
+        if code is None and _HEADING.match(raw):
+            title = _HEADING.sub("", raw).strip()
+            if len(title.split()) <= TITLE_WORDS and not title.endswith((".", "!", "?")):
+                pending_break = True
+                continue
+            raw = title
         if code is not None:
             code.append(raw)
             if raw.strip().startswith(code[0].strip()[:3]):
-                out.append("\n".join(code))
+                out += _code_unit(code)
                 code, pending_break = None, True
             continue
         if raw.strip().startswith(("```", "~~~")):
@@ -135,13 +174,18 @@ def split_sentences(answer: str) -> list[str]:
             glued = _TITLE.search(out[-1]) or (_ABBREV.search(out[-1]) and sent[:1].islower()) if out else False
             if sent and glued and not pending_break:
                 out[-1] += " " + sent  # "e.g." / "Dr." ended no sentence
-            elif sent:
+            elif any(ch.isalnum() for ch in sent):  # "1. ---" leaves a "---" that says nothing
                 out.append(sent)
             pending_break = False
         pending_break = True  # a new line always starts a new sentence
     if code is not None:  # an unclosed fence runs to the end
-        out.append("\n".join(code))
+        out += _code_unit(code)
     return out
+
+
+def _code_unit(lines: list[str]) -> list[str]:
+    """A fenced block as one unit; an empty one (fences alone) states nothing."""
+    return ["\n".join(lines)] if any(ch.isalnum() for line in lines[1:] for ch in line) else []
 
 
 def strip_citations(sentence: str) -> str:

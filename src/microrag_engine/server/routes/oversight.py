@@ -43,7 +43,9 @@ def router(ctx: ServerContext) -> APIRouter:
 
     @router.get("/whoami")
     def whoami(who: Principal = Depends(ctx.principal)) -> dict:
-        return {"name": who.name, "role": who.role, "clearance": sorted(who.clearance), "trusted": who.trusted}
+        # (the upload limit too: the page checks a file's size before sending it)
+        return {"name": who.name, "role": who.role, "clearance": sorted(who.clearance), "trusted": who.trusted,
+                "max_upload_bytes": cfg.max_body}
 
     @router.get("/health")
     def health(request: Request) -> dict:

@@ -8,6 +8,7 @@ This route adds its wire format: one JSON object, or server-sent events.
 
 from __future__ import annotations
 
+import functools
 import json
 import logging
 import random
@@ -63,17 +64,29 @@ class QueryIn(SearchIn):
 # A title worth offering as a question: a word of two letters or more (any script), and no
 # code, path or markup characters (matched on at most 80 characters: its cost is bounded).
 _ASKABLE = re.compile(r"^(?=.*[^\W\d_]{2})[^{}<>\[\]`|*_=#~/\\]{2,80}$")
+_NUMBERING = re.compile(r"^\d{1,3}(?:\.\d{1,3})*\.?\s+")  # "12. Virtual Environments", "3.2 Lists"
+_INLINE_MARKS = str.maketrans("", "", "`*")  # "`json` — JSON encoder" reads as "json — JSON encoder"
+
+
+@functools.lru_cache(maxsize=65_536)
+def askable(title: str) -> str | None:
+    """``title`` as a reader would say it, or None when it is no topic to offer: code, a
+    path, markup, or text the input guard would flag. Cached: a page asks on every load,
+    and the guard's check is the costly part."""
+    if len(title) > 400:
+        return None
+    text = _NUMBERING.sub("", " ".join(title.translate(_INLINE_MARKS).split()))
+    if " " not in text:  # a file name standing in for a title: "vpn-setup" -> "vpn setup"
+        text = text.replace("-", " ").replace("_", " ").strip()
+    if len(text) > 80 or not _ASKABLE.match(text) or guard.injection_check(text).suspicious:
+        return None
+    return text
 
 
 def sample_questions(titles: dict[str, str], n: int, rng: random.Random) -> list[dict[str, str]]:
     """Up to ``n`` questions about titles the caller may read, one per document, drawn at
-    random (a page load shows different ones). Titles that are not words (code, paths,
-    markup) and ones the input guard would flag are never offered."""
-    pool = []
-    for doc, title in sorted(titles.items()):
-        title = " ".join(title.replace("-", " ").replace("_", " ").split())
-        if len(title) <= 80 and _ASKABLE.match(title) and not guard.injection_check(title).suspicious:
-            pool.append((doc, title))
+    random (a page load shows different ones); see ``askable`` for what is never offered."""
+    pool = [(doc, text) for doc, title in sorted(titles.items()) if (text := askable(title))]
     picked = rng.sample(pool, min(n, len(pool)))
     return [{"doc": doc, "title": guarded(title),
              "question": guarded(title if title.endswith("?") else f"What do the documents say about {title}?")}

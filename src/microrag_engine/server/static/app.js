@@ -3,16 +3,21 @@
 // Plain browser JavaScript, no build step. Answers are Markdown rendered by markdown-it
 // (raw HTML off) and sanitised by DOMPurify into a DOM fragment; everything else from the
 // server (chunks, names, flags) is inserted with textContent only. The page's CSP allows no
-// inline script and nothing remote, so even a sanitiser bypass could not run or fetch.
+// inline script or style and nothing remote, so even a sanitiser bypass could not run or fetch.
 "use strict";
 
 const $ = (sel, root = document) => root.querySelector(sel);
 let key = sessionStorage.getItem("microrag-key") || "";
 let me = null; // /whoami of the current key
 const conversation = []; // the conversation so far: {role, content}, sent with each follow-up
-const MAX_HISTORY = 40; // the server's bound on earlier turns
+const MAX_HISTORY = 40; // the server's bounds on earlier turns (routes/query.py)
+const MAX_TURN_CHARS = 16000;
+const MAX_HISTORY_JSON = 900000; // under the server's 1 MB body limit, with room for the question
 const turns = []; // what each turn showed, so an older citation can bring its sources back
 let shownTurn = -1; // the turn whose sources the Sources panel shows
+let asking = null; // the question in flight: {controller, epoch}
+let epoch = 0; // bumped by "New conversation": answers of an older conversation are dropped
+let lastCite = null; // the citation that moved focus into Sources (Escape goes back to it)
 
 function headers(json = true) {
   const h = json ? { "Content-Type": "application/json" } : {};
@@ -36,6 +41,9 @@ function el(tag, attrs = {}, ...children) {
   return e;
 }
 
+const pathOf = (doc) => doc.split("/").map(encodeURIComponent).join("/"); // a document name in a URL path
+const citeLabel = (id) => { const at = id.lastIndexOf("#"); return `[${id.slice(0, at)} · chunk ${id.slice(at + 1)}]`; };
+
 // ------------------------------------------------------------ Markdown, sanitised
 
 const md = window.markdownit({ html: false, linkify: false, typographer: false });
@@ -58,27 +66,28 @@ const PURIFY = {
 };
 const CITE = /\[source: (.+?) · chunk (\d+)\]/g;
 const MARK = /\uE000(\d+)\uE001/g; // a citation's place, private-use characters no answer keeps
+const LOOKS_CITED = /\[[^\]]*(?:· chunk \d+|#\d+)\]/; // link text dressed as a citation
 
 function markdown(text, { inline = false, cite = null } = {}) {
   // Citations are swapped for marks before parsing (a document name is not Markdown) and
   // become links after sanitising, built here with the DOM, never from markup.
   const cites = [];
-  const src = text.replace(/[\uE000\uE001]/g, "").replace(CITE, (_, doc, k) => `\uE000${cites.push([doc, k]) - 1}\uE001`);
+  const src = text.replace(/[\uE000\uE001]/g, "").replace(CITE, (_, doc, k) => `\uE000${cites.push(`${doc}#${k}`) - 1}\uE001`);
   const frag = DOMPurify.sanitize(inline ? md.renderInline(src) : md.render(src), PURIFY);
-  for (const a of frag.querySelectorAll("a[href]")) {
-    // A link leaves the page in a new tab and says where it goes: a planted document can
-    // word a link any way it likes, but not hide its destination.
-    a.target = "_blank"; a.rel = "noopener noreferrer nofollow"; a.title = a.href;
-    const host = a.protocol === "mailto:" ? "email" : a.host;
-    if (!a.textContent.includes(host)) a.after(el("span", { class: "host", text: ` (${host})` }));
-  }
   for (const h of frag.querySelectorAll("h1, h2, h3, h4, h5, h6")) { // below the page's own headings
     const n = document.createElement("h" + Math.min(6, Number(h.tagName[1]) + 2));
     n.append(...h.childNodes); h.replaceWith(n);
   }
-  // a box that scrolls on its own is a tab stop, so a keyboard can scroll it
-  for (const pre of frag.querySelectorAll("pre")) pre.setAttribute("tabindex", "0");
-  for (const t of frag.querySelectorAll("table")) { const w = el("div", { class: "tablewrap", tabindex: "0" }); t.replaceWith(w); w.append(t); }
+  // a box that scrolls on its own is a named tab stop, so a keyboard can scroll it
+  for (const pre of frag.querySelectorAll("pre")) { pre.setAttribute("tabindex", "0"); pre.setAttribute("role", "region"); pre.setAttribute("aria-label", "Code"); }
+  for (const t of frag.querySelectorAll("table")) {
+    const w = el("div", { class: "tablewrap", tabindex: "0", role: "region", "aria-label": "Table" }); t.replaceWith(w); w.append(t);
+  }
+  // An external link may not carry a citation nor dress up as one: a planted passage could
+  // otherwise wrap "[leave.md · chunk 0]" around a link of its own. Such a link becomes its text.
+  for (const a of frag.querySelectorAll("a")) { // (and a link the sanitiser took the address of is just its text)
+    if (!a.hasAttribute("href") || a.textContent.includes("\uE000") || LOOKS_CITED.test(a.textContent)) a.replaceWith(...a.childNodes);
+  }
   const walker = document.createTreeWalker(frag, NodeFilter.SHOW_TEXT);
   const hits = [];
   for (let n = walker.nextNode(); n; n = walker.nextNode()) if (n.nodeValue.includes("\uE000")) hits.push(n);
@@ -86,12 +95,19 @@ function markdown(text, { inline = false, cite = null } = {}) {
     const parts = []; let last = 0;
     for (const m of node.nodeValue.matchAll(MARK)) {
       parts.push(node.nodeValue.slice(last, m.index));
-      const [doc, k] = cites[Number(m[1])] || ["?", "?"];
-      parts.push(cite ? cite(`${doc}#${k}`, `[${doc} · chunk ${k}]`) : `[${doc} · chunk ${k}]`);
+      const id = cites[Number(m[1])] || "?#?";
+      parts.push(cite ? cite(id) : citeLabel(id));
       last = m.index + m[0].length;
     }
     parts.push(node.nodeValue.slice(last));
     node.replaceWith(...parts);
+  }
+  for (const a of frag.querySelectorAll("a[href]:not(.cite)")) {
+    // A link leaves the page in a new tab and says where it goes: a planted document can
+    // word a link any way it likes, but not hide its destination.
+    a.target = "_blank"; a.rel = "noopener noreferrer nofollow"; a.title = a.href;
+    const host = a.protocol === "mailto:" ? "email" : a.host;
+    if (!a.textContent.includes(host)) a.after(el("span", { class: "host", text: ` (${host})` }));
   }
   return frag;
 }
@@ -102,9 +118,10 @@ async function whoami() {
   try {
     me = await api("GET", "/whoami");
     $("#whoami").textContent = `${me.name} (${me.role}; may read ${me.clearance.join(", ")})`;
-    $("#contribute").hidden = !(me.role === "contributor" || me.role === "admin");
+    const contributes = me.role === "contributor" || me.role === "admin";
+    $("#contribute").hidden = !contributes;
     $("#admin").hidden = me.role !== "admin";
-    if (!$("#contribute").hidden) refreshMine();
+    if (contributes) { offerLabels(me.clearance); refreshMine(); }
     if (me.role === "admin") refreshAdmin();
   } catch (err) {
     me = null;
@@ -119,6 +136,10 @@ $("#keyform").addEventListener("submit", (ev) => {
   ev.preventDefault();
   key = $("#apikey").value.trim();
   sessionStorage.setItem("microrag-key", key);
+  // Another key is another person: what the last one asked and read is not theirs to see,
+  // nor to send along as history.
+  resetConversation("Key changed: new conversation.");
+  $("#uploads").replaceChildren(); uploadRows.clear();
   whoami();
 });
 
@@ -131,7 +152,12 @@ async function loadSamples() {
   const ul = $("ul", box);
   ul.replaceChildren(...found.map((s) => {
     const b = el("button", { type: "button", text: s.question, title: "From " + s.doc });
-    b.addEventListener("click", () => { $("#question").value = s.question; $("#askform").requestSubmit(); });
+    b.addEventListener("click", () => {
+      if (asking) return;
+      $("#question").value = s.question;
+      $("#question").focus(); // the list hides while the answer comes: keep the focus somewhere
+      $("#askform").requestSubmit();
+    });
     return el("li", {}, b);
   }));
   $("#question").placeholder = found.length ? "e.g. " + found[0].question : "Ask about your documents";
@@ -153,7 +179,11 @@ function gateLine(info) {
   const gate = info.refused ? `Grounding gate refused: ${info.reason}` :
     `Grounding gate passed (best raw cosine ${info.best_raw_em.toFixed(3)}, best raw keyword ${info.best_raw_kw.toFixed(3)}).`;
   const parts = [el("span", { class: info.refused ? "refused" : "", text: gate })];
-  if (info.capped && info.capped.length) parts.push(el("div", { class: "meta", text: `Diversity cap held back: ${info.capped.join(", ")}` }));
+  const capped = info.capped || [];
+  if (capped.length) {
+    const more = capped.length > 3 ? ` and ${capped.length - 3} more` : "";
+    parts.push(el("div", { class: "meta", text: `Diversity cap held back: ${capped.slice(0, 3).join(", ")}${more}` }));
+  }
   return parts;
 }
 
@@ -168,16 +198,19 @@ function renderSources(t) {
     const meta = el("div", { class: "meta" }, el("span", { class: "tag " + s.label, text: s.label }),
                     `${s.principal || "operator"} · ${s.ingested_at || ""}`);
     list.append(el("li", { id: "src-" + s.id, tabindex: "-1" },
-      el("strong", { text: `${s.doc} · chunk ${s.chunk}` }), meta, bars, el("div", { class: "chunktext", text: s.text, tabindex: "0",
-                                                                     "aria-label": `Text of ${s.doc} chunk ${s.chunk}` })));
+      el("strong", { text: `${s.doc} · chunk ${s.chunk}` }), meta, bars,
+      el("div", { class: "chunktext", text: s.text, tabindex: "0", role: "region", "aria-label": `Text of ${s.doc} chunk ${s.chunk}` })));
   }
 }
 
 function citeLink(t) {
-  // A link to a chunk of turn t's sources (an older turn's sources come back first).
-  return (id, label) => {
-    const a = el("a", { href: "#src-" + id, class: "cite", text: label });
-    a.addEventListener("click", (ev) => { ev.preventDefault(); if (shownTurn !== t) renderSources(t); highlight(id); });
+  // A link to a chunk among turn t's sources (an older turn's sources come back first). A
+  // citation of anything else - a chunk nobody retrieved - is shown for what it is.
+  return (id) => {
+    const known = turns[t] && turns[t].info && turns[t].info.sources.some((s) => s.id === id);
+    if (!known) return el("span", { class: "cite missing", text: `${citeLabel(id)} (not among this answer's sources)` });
+    const a = el("a", { href: "#src-" + id, class: "cite", text: citeLabel(id) });
+    a.addEventListener("click", (ev) => { ev.preventDefault(); lastCite = a; if (shownTurn !== t) renderSources(t); highlight(id); });
     return a;
   };
 }
@@ -188,53 +221,92 @@ function highlight(id) {
   if (li) { li.classList.add("highlight"); li.focus(); li.scrollIntoView({ block: "nearest" }); }
 }
 
+$("#sources").addEventListener("keydown", (ev) => { // Escape: back to the citation that led here
+  if (ev.key === "Escape" && lastCite && lastCite.isConnected) lastCite.focus();
+});
+
 const VERDICT = { entailed: ["ok", "✓ supported"], neutral: ["unsup", "? unsupported"], contradicted: ["bad", "✗ contradicted"] };
 
 function renderVerification(box, v, t) {
-  // One row per answer sentence as the verifier split it (a code block is one row): the NLI
-  // verdict, its probability, the sentence rendered, and a link to the chunk that decided it.
+  // One row per answer sentence as the verifier split it: the NLI verdict, its probability,
+  // the sentence rendered, and the chunk that decided it. A code block is one row, folded.
   box.replaceChildren();
   if (!v) return;
   box.append(el("li", { class: "sum", text: "Verification: " + v.summary }));
   for (const s of v.sentences) {
     const [cls, label] = VERDICT[s.verdict] || ["unsup", s.verdict];
-    const said = s.sentence.replace(/\s*\[source: [^\]]*\]/g, ""); // the link below says where
-    const code = /^\s*(```|~~~)/.test(said);
-    const row = el("li", { class: "verdict " + cls }, el("span", { class: "badge", text: `${label} ${s.probability.toFixed(2)}` }),
-                   el("span", { class: "said" }, markdown(said, { inline: !code })));
-    if (s.chunk) row.append(" ", citeLink(t)(s.chunk, `[${s.chunk}]`));
+    const code = /^\s*(```|~~~)/.test(s.sentence);
+    const n = s.sentence.split("\n").length - 2;
+    const said = code ? el("details", {}, el("summary", { text: `code block (${n} line${n === 1 ? "" : "s"})` }),
+                           markdown(s.sentence, { cite: citeLink(t) }))
+                      : el("span", { class: "said" }, markdown(s.sentence, { inline: true, cite: citeLink(t) }));
+    const row = el("li", { class: "verdict " + cls }, el("span", { class: "badge", text: `${label} ${s.probability.toFixed(2)}` }), said);
+    if (s.chunk) row.append(el("span", { class: "meta", text: " checked against " }), citeLink(t)(s.chunk));
     box.append(row);
   }
 }
 
+function shownFlags(flags, verified) {
+  // What a reader needs: the verification list already says what "verify:" would, and the
+  // conversation's fingerprint is for the audit trail.
+  const out = [];
+  for (const f of flags) {
+    if ((verified && f.startsWith("verify:")) || /^conversation: \d+ messages/.test(f)) continue;
+    const m = /^conversation: retrieval query \((\w+)\) = (".*")$/.exec(f);
+    if (m) { try { out.push(`searched for (with the conversation): ${JSON.parse(m[2])}`); continue; } catch (e) { /* as is */ } }
+    out.push(f);
+  }
+  return out;
+}
+
 function newTurn(question) {
   const t = turns.length;
-  const answer = el("div", { class: "answer", "aria-label": "Answer" });
-  const li = el("li", { class: "turn" }, el("p", { class: "q", text: question }), answer,
-                el("p", { class: "flags" }), el("ul", { class: "verify", "aria-label": "Sentence verification" }));
+  const qid = "q-" + t;
+  const li = el("li", { class: "turn" }, el("article", { "aria-labelledby": qid },
+    el("p", { class: "q", id: qid, text: question }), el("div", { class: "answer" }), el("p", { class: "flags" }),
+    el("ul", { class: "verify", "aria-label": "Sentence verification" }),
+    el("a", { class: "jump", href: "#sourcespanel", text: "Sources of this answer" })));
   turns.push({ li, info: null });
   $("#conversation").append(li);
   return t;
 }
 
-let asking = false;
+function earlierTurns() {
+  // The earlier turns, within the server's bounds: the oldest go first.
+  const earlier = conversation.slice(-MAX_HISTORY).map((m) => ({ role: m.role, content: m.content.slice(0, MAX_TURN_CHARS) }));
+  while (earlier.length && JSON.stringify(earlier).length > MAX_HISTORY_JSON) earlier.splice(0, 2);
+  return earlier;
+}
+
+function setAsking(on) {
+  $("#askbtn").disabled = on;
+  $("#stopbtn").hidden = !on;
+  $("#askpanel").setAttribute("aria-busy", on ? "true" : "false");
+}
+
 $("#askform").addEventListener("submit", async (ev) => {
   ev.preventDefault();
   const q = $("#question").value.trim();
   if (!q || asking) return;
-  asking = true;
-  $("#askbtn").disabled = true;
+  const mine = { controller: new AbortController(), epoch };
+  asking = mine;
+  if (document.activeElement === $("#askbtn")) $("#question").focus(); // the button is about to be disabled
+  setAsking(true);
   $("#samples").hidden = true;
   $("#status").textContent = "Retrieving...";
   const t = newTurn(q);
   const { li } = turns[t];
   const box = $(".answer", li);
-  const earlier = conversation.slice(-MAX_HISTORY);
-  let text = "", pending = false, finished = false;
-  const paint = () => { pending = false; box.replaceChildren(markdown(text, { cite: citeLink(t) })); };
+  const current = () => mine.epoch === epoch; // still this conversation
+  let text = "", pending = false, finished = false, stopped = false;
+  const paint = () => {
+    pending = false;
+    // Never re-render under the reader's focus (a link inside the answer would be lost).
+    if (current() && !box.contains(document.activeElement)) box.replaceChildren(markdown(text, { cite: citeLink(t) }));
+  };
   try {
-    const r = await fetch("/query", { method: "POST", headers: headers(),
-                                      body: JSON.stringify({ query: q, stream: true, history: earlier }) });
+    const r = await fetch("/query", { method: "POST", headers: headers(), signal: mine.controller.signal,
+                                      body: JSON.stringify({ query: q, stream: true, history: earlierTurns() }) });
     if (!r.ok) { const e = await r.json().catch(() => ({})); throw new Error(e.error || ("HTTP " + r.status)); }
     $("#question").value = "";
     box.classList.add("streaming");
@@ -243,7 +315,7 @@ $("#askform").addEventListener("submit", async (ev) => {
     let buf = "", event = "message";
     for (;;) {
       const { value, done } = await reader.read();
-      if (done) break;
+      if (done || !current()) break;
       buf += dec.decode(value, { stream: true });
       let i;
       while ((i = buf.indexOf("\n")) >= 0) {
@@ -258,8 +330,7 @@ $("#askform").addEventListener("submit", async (ev) => {
           renderSources(t);
           $("#status").replaceChildren(...gateLine(obj));
         } else if (event === "done") {
-          // (the verification list below says what the "verify:" flag would)
-          const flags = obj.flags.filter((f) => !(obj.verification && f.startsWith("verify:")));
+          const flags = shownFlags(obj.flags, Boolean(obj.verification));
           $(".flags", li).textContent = flags.length ? "Flags: " + flags.join("; ") : "";
           renderVerification($(".verify", li), obj.verification, t);
           finished = true;
@@ -271,49 +342,79 @@ $("#askform").addEventListener("submit", async (ev) => {
         }
       }
     }
-    paint();
-    if (finished) conversation.push({ role: "user", content: q }, { role: "assistant", content: text });
+    if (!current()) return;
+    box.replaceChildren(markdown(text, { cite: citeLink(t) }));
+    if (finished) {
+      conversation.push({ role: "user", content: q }, { role: "assistant", content: text });
+      const v = $(".verify .sum", li);
+      $("#status").append(el("span", { text: " Answer complete." + (v ? " " + v.textContent : "") }));
+    } else {
+      box.append(el("p", { class: "refused", text: "(the answer ended early; ask again)" }));
+    }
   } catch (err) {
-    $("#status").replaceChildren(el("span", { class: "refused", text: err.message }));
-    if (!text) box.replaceChildren(el("p", { class: "refused", text: "No answer: " + err.message }));
+    if (!current()) return;
+    stopped = err.name === "AbortError";
+    const why = stopped ? "stopped" : err.message;
+    let hint = "";
+    if (!stopped && conversation.length && /\((?:user|assistant) message \d+ of \d+\)/.test(why)) {
+      hint = " An earlier message of this conversation is the cause: start a new conversation.";
+    }
+    $("#status").replaceChildren(el("span", { class: "refused", text: (stopped ? "Stopped." : why) + hint }));
+    if (text) box.replaceChildren(markdown(text, { cite: citeLink(t) }), el("p", { class: "refused", text: `(answer ${stopped ? "stopped" : "interrupted: " + why})` }));
+    else box.replaceChildren(el("p", { class: "refused", text: stopped ? "Stopped before any answer." : "No answer: " + why }));
   } finally {
     box.classList.remove("streaming");
-    asking = false;
-    $("#askbtn").disabled = false;
-    $("#newconv").disabled = false;
+    if (asking === mine) { asking = null; setAsking(false); }
+    $("#newconv").disabled = conversation.length === 0 && turns.length === 0;
     $("#followup-hint").hidden = conversation.length === 0;
   }
 });
 
-$("#newconv").addEventListener("click", () => {
-  conversation.length = 0; turns.length = 0; shownTurn = -1;
-  $("#conversation").replaceChildren(); $("#sources").replaceChildren(); $("#status").textContent = "New conversation.";
+$("#stopbtn").addEventListener("click", () => { if (asking) { asking.controller.abort(); $("#question").focus(); } });
+
+function resetConversation(note) {
+  if (asking) { asking.controller.abort(); asking = null; setAsking(false); }
+  epoch += 1;
+  conversation.length = 0; turns.length = 0; shownTurn = -1; lastCite = null;
+  $("#conversation").replaceChildren(); $("#sources").replaceChildren(); $("#status").textContent = note;
   $("#newconv").disabled = true; $("#followup-hint").hidden = true;
   $("#samples").hidden = !$("#samples li");
-  $("#question").focus();
-});
+}
+
+$("#newconv").addEventListener("click", () => { resetConversation("New conversation."); $("#question").focus(); });
 
 // ------------------------------------------------------------ contributing
 
 const TEXT_SUFFIXES = [".md", ".markdown", ".txt", ".html", ".htm", ".rst", ".ipynb", ".jsonl"];
-const STATES = { quarantined: "quarantined - waiting for an admin's review", held: "held for an admin's review", live: "live" };
+const WAITING = { quarantined: "waiting for an admin's review", held: "held for an admin's review", live: "live" };
+const uploadRows = new Map(); // doc -> its row's updater, so a later refresh can say it went live
+
+function offerLabels(clearance) {
+  // Only the labels this key may publish (an admin may publish any it may read).
+  const labels = ["public", ...clearance.filter((l) => l !== "public")];
+  for (const sel of [$("#droplabel"), $("#uplabel")]) {
+    const was = sel.value;
+    sel.replaceChildren(...labels.map((l) => el("option", { text: l })));
+    if (labels.includes(was)) sel.value = was;
+  }
+}
 
 function describe(r) {
   const found = Object.entries(r.findings || {}).map(([k, v]) => `${k} x${v}`).join(", ");
   const why = r.status === "held" && r.held && r.held.length ? ": " + r.held.join("; ") : "";
-  return `${r.doc}: ${STATES[r.status] || r.status}${why}` + (found ? ` (redacted: ${found})` : "");
+  return `${r.doc}: ${WAITING[r.status] || r.status}${why}` + (found ? ` (redacted: ${found})` : "");
 }
 
 function uploadRow(name) {
   const state = el("span", { class: "state sending", text: "sending" });
   const what = el("span", { text: name });
-  const li = el("li", {}, state, " ", what);
-  $("#uploads").prepend(li);
-  return (cls, label, text) => { state.className = "state " + cls; state.textContent = label; what.textContent = text; };
+  $("#uploads").prepend(el("li", {}, state, " ", what));
+  return (cls, label, text) => { state.className = "state " + cls; state.textContent = label; if (text) what.textContent = text; };
 }
 
 async function uploadFiles(files) {
   const label = $("#droplabel").value;
+  const limit = me && me.max_upload_bytes ? me.max_upload_bytes : 1000000;
   for (const f of files) {
     const show = uploadRow(f.name);
     const suffix = f.name.includes(".") ? f.name.slice(f.name.lastIndexOf(".")).toLowerCase() : "";
@@ -322,9 +423,15 @@ async function uploadFiles(files) {
            "PDF and office files are ingested by the operator with 'microrag ingest'");
       continue;
     }
+    if (f.size > limit * 0.9) { // the JSON around the text, and its escapes, need the rest
+      show("failed", "not sent", `${f.name}: ${Math.round(f.size / 1000)} kB is over this server's upload limit ` +
+           `(about ${Math.round(limit * 0.9 / 1000)} kB); split it, or ask the operator to ingest it with 'microrag ingest'`);
+      continue;
+    }
     try {
       const r = await api("POST", "/ingest", { source: f.name, body: await f.text(), label });
       show(r.status, r.status, describe(r));
+      uploadRows.set(r.doc, show);
     } catch (err) { show("failed", "failed", `${f.name}: ${err.message}`); }
   }
   refreshMine();
@@ -336,7 +443,7 @@ $("#choosefiles").addEventListener("click", () => $("#upfiles").click());
 $("#upfiles").addEventListener("change", () => { uploadFiles([...$("#upfiles").files]); $("#upfiles").value = ""; });
 const carriesFiles = (ev) => ev.dataTransfer && [...ev.dataTransfer.types].includes("Files");
 zone.addEventListener("dragover", (ev) => { if (carriesFiles(ev)) { ev.preventDefault(); zone.classList.add("over"); } });
-zone.addEventListener("dragleave", () => zone.classList.remove("over"));
+zone.addEventListener("dragleave", (ev) => { if (!zone.contains(ev.relatedTarget)) zone.classList.remove("over"); });
 zone.addEventListener("drop", (ev) => {
   ev.preventDefault(); zone.classList.remove("over");
   if (!$("#contribute").hidden) uploadFiles([...ev.dataTransfer.files]);
@@ -349,7 +456,7 @@ $("#uploadform").addEventListener("submit", async (ev) => {
   ev.preventDefault();
   try {
     const r = await api("POST", "/ingest", { source: $("#upsource").value, body: $("#upbody").value, label: $("#uplabel").value });
-    $("#upstatus").textContent = describe(r);
+    $("#upstatus").textContent = `${r.status}: ${describe(r)}`;
     refreshMine();
     if (!$("#admin").hidden) refreshAdmin();
   } catch (err) { $("#upstatus").textContent = "Upload failed: " + err.message; }
@@ -357,16 +464,25 @@ $("#uploadform").addEventListener("submit", async (ev) => {
 
 async function refreshMine() {
   // The caller's own uploads and where each stands: quarantined until screening or review lets it in.
-  if (!me) return;
+  if (!me) return [];
   let docs = [];
-  try { docs = await api("GET", "/documents"); } catch (err) { return; }
+  try { docs = await api("GET", "/documents"); } catch (err) { return []; }
   const mine = docs.filter((d) => d.principal === "api:" + me.name);
   $("#mine").replaceChildren(...(mine.length ? mine.map((d) => {
     const q = d.label.startsWith("_");
+    const row = uploadRows.get(d.doc);
+    if (row) row(q ? "quarantined" : "live", q ? "quarantined" : "live", `${d.doc}: ${q ? WAITING.quarantined : "live"}`);
     return el("li", {}, el("span", { class: "state " + (q ? "quarantined" : "live"), text: q ? "quarantined" : "live" }),
-              `${d.doc}` + (q ? " - waiting for review" : ` (${d.label}, ${d.n_chunks} chunks)`));
+              ` ${d.doc}` + (q ? ` - ${WAITING.quarantined}` : ` (${d.label}, ${d.n_chunks} chunks)`));
   }) : [el("li", { class: "hint", text: "Nothing uploaded with this key yet." })]));
+  return mine;
 }
+
+// While something of the caller's waits for review, look again now and then: an admin's
+// approval elsewhere shows up here without a reload.
+setInterval(() => {
+  if (me && !$("#contribute").hidden && document.visibilityState === "visible" && $("#mine .state.quarantined")) refreshMine();
+}, 20000);
 
 // ------------------------------------------------------------ administering
 
@@ -381,7 +497,7 @@ async function refreshAdmin() {
     approve.addEventListener("click", () => decide(item.doc, "approve", item.version));
     reject.addEventListener("click", () => decide(item.doc, "reject"));
     // The content being approved, as it will be stored (text only: never rendered as HTML).
-    const preview = el("pre", { text: item.preview, class: "preview", tabindex: "0", "aria-label": "Content of " + item.doc });
+    const preview = el("pre", { text: item.preview, class: "preview", tabindex: "0", role: "region", "aria-label": "Content of " + item.doc });
     ul.append(el("li", {}, el("strong", { text: item.doc }),
       ` by ${item.principal}, label ${item.label}, version ${item.version.slice(0, 12)}` +
       (item.flags.length ? `; flags: ${item.flags.join("; ")}` : ""), approve, reject, preview));
@@ -398,9 +514,15 @@ async function refreshAdmin() {
 
 async function decide(doc, decision, version) {
   const query = version ? `?version=${encodeURIComponent(version)}` : "";
-  $("#adminstatus").textContent = "";
-  try { await api("POST", `/review/${doc}/${decision}${query}`); } catch (err) { $("#adminstatus").textContent = `${doc}: ${err.message}`; }
-  refreshAdmin();
+  const status = $("#adminstatus");
+  try {
+    await api("POST", `/review/${pathOf(doc)}/${decision}${query}`);
+    status.textContent = `${decision === "approve" ? "Approved" : "Rejected"} ${doc}.`;
+  } catch (err) { status.textContent = `${doc}: ${err.message}`; }
+  await refreshAdmin();
+  // The button pressed is gone with the old queue: the focus goes to the queue's next item, or its heading.
+  const next = $("#queue button");
+  (next || $("#adm-h")).focus();
   refreshMine();
 }
 
