@@ -405,11 +405,11 @@ def test_answer_markdown_renders_sanitised_with_citations(llm_ui):
     assert "[image: pixel]" in answer.inner_text()  # an image is its description, never a request
     # verification rows are the verifier's sentences, markup rendered, none of them markup alone
     turn = last_turn(page)
-    said = turn.locator(".verify li.verdict").all_inner_texts()
-    assert said and not [s for s in said if not any(ch.isalnum() for ch in s.split(" ", 2)[-1])], said
+    said = turn.locator(".verify li.verdict > .said, .verify li.verdict > details").all_inner_texts()
+    assert said and not [s for s in said if not any(ch.isalnum() for ch in s)], said
     assert turn.locator(".verify details pre code").count() == 1  # the code block is one row, folded
     assert any("kind: vacation; days: 20" in s for s in said)  # a table row, read with its header
-    assert not any("Carry-over" in s.split("\\n")[0] for s in said)  # a short heading is a title, not a claim
+    assert not [s for s in said if s.startswith("Carry-over")]  # a short heading is a title, not a claim
     w.clean()
 
 
@@ -458,7 +458,7 @@ def test_no_horizontal_scroll_at_any_width(llm_ui, shots, width):
 # ---------------------------------------------------------------- contributing
 
 
-TEXT_DROP = "# Capybara lounge\\n\\nThe capybara lounge is on floor 7, next to the library."
+TEXT_DROP = "# Capybara lounge\n\nThe capybara lounge is on floor 7, next to the library."
 
 
 def drop_files(page, files: dict[str, str]) -> None:
@@ -519,7 +519,7 @@ def test_pasted_upload_still_works(upload_ui):
     use_key(page, srv.key["contrib"], ready="#contribute:not([hidden])")
     page.click("#contribute summary")
     page.fill("#upsource", "facilities/otters.md")
-    page.fill("#upbody", "# Otter pond\\n\\nThe otter pond is behind building C.")
+    page.fill("#upbody", "# Otter pond\n\nThe otter pond is behind building C.")
     page.click("#uploadform button[type=submit]")
     page.wait_for_function("document.querySelector('#upstatus').textContent.includes('quarantined')")
 
