@@ -49,6 +49,7 @@ MARKDOWN_ANSWER = [
     "- Up to `5` unused days carry over\n- They expire on *March 31*\n\n",
     "```python\ndays = carry_over(unused, limit=5)  # " + "x" * 160 + "\n```\n\n",
     f"See the [leave policy](https://intranet.example/leave) and {LONG}.\n\n",
+    "Sign in at [wiki.corp.example.com](https://corp.example.co/login).\n\n",  # a link whose text names another host
     "| kind | days |\n|---|---:|\n| vacation | 20 |\n\n",
     "The rules are written down [source: handbooks/engineering/really_long_document_name_about_vacation_carry_over_"
     "rules_for_everyone.md · chunk 0].\n\n",
@@ -385,6 +386,7 @@ def test_answer_markdown_renders_sanitised_with_citations(llm_ui):
     assert link.get_attribute("href") == "https://intranet.example/leave"
     assert "noopener" in link.get_attribute("rel") and link.get_attribute("target") == "_blank"
     assert "leave policy (intranet.example)" in answer.inner_text()  # where a link goes is shown
+    assert "wiki.corp.example.com (corp.example.co)" in answer.inner_text()  # even when its text names a host
     cite = answer.locator("a.cite", has_text="leave.md")
     assert cite.count() >= 1
     cite.first.click()
@@ -396,8 +398,9 @@ def test_answer_markdown_renders_sanitised_with_citations(llm_ui):
     assert "[salaries.md · chunk 0] (not among this answer's sources)" in answer.inner_text()
     # the model's own link cannot wrap a citation or dress up as one, and is the only one leaving
     assert page.locator("#conversation a a").count() == 0
-    assert external_hrefs(page, "#conversation .answer") == ["https://intranet.example/leave"]
-    assert set(external_hrefs(page)) == {"https://intranet.example/leave"}  # the verification rows too
+    links = ["https://intranet.example/leave", "https://corp.example.co/login"]
+    assert external_hrefs(page, "#conversation .answer") == links
+    assert set(external_hrefs(page)) == set(links)  # the verification rows too
     # the hostile part of the answer is inert text: nothing ran, nothing loaded, no live link
     for tag in ("script", "img", "iframe", "style"):
         assert page.locator(f"#conversation {tag}, #sources {tag}").count() == 0, tag
@@ -409,7 +412,9 @@ def test_answer_markdown_renders_sanitised_with_citations(llm_ui):
     assert said and not [s for s in said if not any(ch.isalnum() for ch in s)], said
     assert turn.locator(".verify details pre code").count() == 1  # the code block is one row, folded
     assert any("kind: vacation; days: 20" in s for s in said)  # a table row, read with its header
-    assert not [s for s in said if s.startswith("Carry-over")]  # a short heading is a title, not a claim
+    # a heading is checked too: this one is a source's own heading ("# Carry-over rules"), so supported
+    heading = turn.locator(".verify li.verdict", has=page.locator(".said", has_text="Carry-over")).first
+    assert "ok" in heading.get_attribute("class").split()
     w.clean()
 
 
@@ -502,7 +507,9 @@ def test_drag_and_drop_upload_shows_quarantine_then_review(upload_ui, shots):
     admin.wait_for_function("document.activeElement.id === 'adm-h'")  # the focus stays in the queue, not on the page
     assert admin.locator("#audit tbody tr").count() > 0
 
-    # the contributor's page sees it go live without a reload (it looks again while something waits)
+    # the contributor's page sees it go live without a reload (it looks again, every 20 s, while
+    # something waits and the page is in front)
+    page.bring_to_front()
     page.wait_for_function("[...document.querySelectorAll('#uploads li')].some(li => li.textContent.includes('capybara.md') "
                            "&& li.querySelector('.state').textContent === 'live')", timeout=45_000)
     assert "live" in page.inner_text("#mine")

@@ -64,16 +64,33 @@ class Scripted:
      ["Steps:", "Open the portal.", "Enter your name", "Approve the push"]),
     # markup or punctuation alone is no sentence (MkDocs "///", a stray brace); a fence is one unit
     ("Send this:\n///\n```JSON\n{\"a\": 1}\n```\n{\n}\n---", ["Send this:", "```JSON\n{\"a\": 1}\n```"]),
-    # a short heading is a title, a long one a claim; a quote's marker is structure
-    ("## Carry-over\n> Days expire in March.", ["Days expire in March."]),
-    ("# Unused days expire on March 31 unless HR approves it", ["Unused days expire on March 31 unless HR approves it"]),
+    # a heading's and a quote's marker is structure, the words are checked
+    ("## Carry-over\n> Days expire in March.", ["Carry-over", "Days expire in March."]),
     # a table: the header row names the cells of each row, the rule row is markup
     ("| kind | days |\n|---|---:|\n| vacation | 20 |\n| sick | 10 |\nDone.", ["kind: vacation; days: 20", "kind: sick; days: 10", "Done."]),
     ("| a | b |\n| 1 | 2 | 3 |", ["a; b", "1; 2; 3"]),
+    # a header with no rows is still checked; "\|" is a pipe inside a cell; a one-dash rule is a rule
+    ("| Wire 500 dollars | to account 123 |\n|-|-|\nDone.", ["Wire 500 dollars; to account 123", "Done."]),
+    ("| op | means |\n|---|---|\n| a \\| b | either |", ["op: a | b; means: either"]),
     ("", []),
 ])
 def test_split_sentences(answer, expected):
     assert split_sentences(answer) == expected
+
+
+def test_a_heading_is_checked_unless_a_source_holds_it():
+    text = "# Carry-over rules\n\nUnused vacation days carry over until March 31."
+    chunks = [("leave.md#0", text)]
+    nli = Scripted({(text, "Unused vacation days carry over until March 31."): (0.95, 0.03, 0.02)})
+    said = "## Carry-over\n\nUnused vacation days carry over until March 31."
+    v = verify(said, chunks, nli, policy="refuse")
+    assert [(s.verdict, s.chunk) for s in v.sentences] == [(ENTAILED, "leave.md#0")] * 2 and v.text == said
+    # a heading no source holds is a claim like any other: it cannot slip past "refuse"
+    hidden = "# Wire 500 dollars to account 123 today\n\nUnused vacation days carry over until March 31."
+    v = verify(hidden, chunks, nli, policy="refuse")
+    assert v.sentences[0].verdict != ENTAILED and v.text == NOT_SUPPORTED
+    only = verify("| Wire 500 dollars | to account 123 |\n|---|---|", chunks, nli, policy="refuse")
+    assert only.sentences and only.text == NOT_SUPPORTED  # a table header alone is checked too
 
 
 MARKUP = st.sampled_from(["|", "---", "| a | b |", "|---|---|", "# ", "## T", "```", "~~~", "- ", "1. ", "> ", "{", "///",

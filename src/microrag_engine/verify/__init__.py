@@ -38,25 +38,35 @@ CITATION = rx.compile(rx.SPACE + "*" + _CITE)
 _LEADING_CITATIONS = rx.compile(rf"^(?:{rx.SPACE}*{_CITE})+")
 _ABBREV = re.compile(r"(?:\b(?:e\.g|i\.e|etc|vs|approx|No|Fig|Inc|Ltd|al)\.|\b[A-Z]\.)$")
 _TITLE = re.compile(r"\b(?:Dr|Mr|Mrs|Ms|Prof|St)\.$")
-# List items ("- x", "* x", "1. x", "2) x") and quotes ("> x") at the start of a line:
-# the marker is structure, the rest is the claim.
-_BULLET = re.compile(r"^\s*(?:[-*\u2022]|\d{1,2}[.)]|>)\s+")
-# A Markdown heading; one of a few words, not ending like a sentence, is a title ("## Carry-over").
+# List items ("- x", "* x", "1. x", "2) x"), quotes ("> x") and headings ("## x") at the
+# start of a line: the marker is structure, the rest is the claim.
+_BULLET = re.compile(r"^\s*(?:[-*\u2022]|\d{1,2}[.)]|>|#{1,6})\s+")
 _HEADING = re.compile(r"^\s*#{1,6}\s+")
-TITLE_WORDS = 8
+_PIPE = re.compile(r"(?<!\\)\|")  # a cell border; "\|" is a pipe inside a cell
+_WORDS_OF = re.compile(r"\w+")
 
 
 def _cells(line: str) -> list[str]:
-    return [c.strip() for c in line.strip().strip("|").split("|")]
+    inner = line.strip()
+    inner = inner[1:] if inner.startswith("|") else inner
+    inner = inner[:-1] if inner.endswith("|") and not inner.endswith("\\|") else inner
+    return [c.replace("\\|", "|").strip() for c in _PIPE.split(inner)]
 
 
 def _is_row(line: str) -> bool:
-    return line.lstrip().startswith("|") and line.count("|") >= 2
+    return line.lstrip().startswith("|") and len(_PIPE.findall(line)) >= 2
 
 
 def _is_rule(line: str) -> bool:
-    """A table's separator row ("|---|:--:|"): the row above it is the header."""
-    return "---" in line and not line.strip().strip("|:- \t")
+    """A table's separator row ("|---|:-:|"): the row above it is the header."""
+    return "-" in line and "|" in line and not line.strip().strip("|:- \t")
+
+
+def _row_claim(header: list[str], cells: list[str]) -> str:
+    """What a table row says, as checkable text: "header: cell; ..." (cells alone without a
+    header that fits)."""
+    named = zip(header, cells) if len(header) == len(cells) else (("", c) for c in cells)
+    return "; ".join(f"{h}: {c}" if h else c for h, c in named if c)
 
 
 @dataclass(frozen=True)
@@ -121,34 +131,36 @@ def split_sentences(answer: str) -> list[str]:
     Sentence boundaries come from ``chunk.sentence_spans`` (which keeps "3.5"
     whole), then a cut after a common abbreviation ("e.g.", "Dr.") is undone;
     bullets are stripped and each line starts a new sentence. Markup is structure, not a
-    claim: a line of punctuation alone ("///", "{") and a short heading are skipped; a
-    longer heading is checked as a sentence; a table's header row is skipped and each of
-    its rows is checked as "header: cell; ..." (what the row says).
+    claim: a line of punctuation alone ("///", "{") is skipped and a heading's marker
+    dropped; a table row is checked as "header: cell; ..." (what the row says), and a
+    header with no rows under it as its cells. Nothing with words in it goes unchecked.
     """
     out: list[str] = []
     pending_break = True
     code: list[str] | None = None  # lines of an open fenced code block: one unit, as the answerer quotes it
     lines = answer.splitlines()
     header: list[str] = []  # the header cells of the table being read
+    rows = 0  # rows read under that header
+
+    def end_table() -> None:
+        nonlocal header, rows
+        if header and not rows and any(ch.isalnum() for c in header for ch in c):
+            out.append("; ".join(c for c in header if c))  # a header alone still says something
+        header, rows = [], 0
+
     for i, raw in enumerate(lines):
         if code is None and _is_row(raw):
             if i + 1 < len(lines) and _is_rule(lines[i + 1]):
+                end_table()
                 header = _cells(raw)
             elif not _is_rule(raw):
-                cells = _cells(raw)
-                named = zip(header, cells) if len(header) == len(cells) else (("", c) for c in cells)
-                row = "; ".join(f"{h}: {c}" if h else c for h, c in named if c)
+                row = _row_claim(header, _cells(raw))
+                rows += 1
                 if any(ch.isalnum() for ch in row):
                     out.append(row)
             pending_break = True
             continue
-        header = []
-        if code is None and _HEADING.match(raw):
-            title = _HEADING.sub("", raw).strip()
-            if len(title.split()) <= TITLE_WORDS and not title.endswith((".", "!", "?")):
-                pending_break = True
-                continue
-            raw = title
+        end_table()
         if code is not None:
             code.append(raw)
             if raw.strip().startswith(code[0].strip()[:3]):
@@ -178,9 +190,30 @@ def split_sentences(answer: str) -> list[str]:
                 out.append(sent)
             pending_break = False
         pending_break = True  # a new line always starts a new sentence
+    end_table()
     if code is not None:  # an unclosed fence runs to the end
         out += _code_unit(code)
     return out
+
+
+def heading_texts(answer: str) -> set[str]:
+    """The answer's Markdown headings, as ``split_sentences`` gives them (marker dropped)."""
+    return {_BULLET.sub("", line).strip() for line in answer.splitlines() if _HEADING.match(line)}
+
+
+def quoted_title(title: str, chunks: Sequence[str]) -> int | None:
+    """The first chunk holding ``title`` word for word (case and punctuation aside), if any.
+
+    A heading such as "Carry-over" is no sentence the NLI model can judge, but one copied
+    from a source is grounded there; a heading no source holds is checked like any claim,
+    so a model cannot state something unchecked by making it a heading."""
+    words = " ".join(_WORDS_OF.findall(title.lower()))
+    if not words:
+        return None
+    for i, text in enumerate(chunks):
+        if f" {words} " in f" {' '.join(_WORDS_OF.findall(text.lower()))} ":
+            return i
+    return None
 
 
 def _code_unit(lines: list[str]) -> list[str]:
@@ -285,8 +318,11 @@ def verify(
         claims = [strip_citations(s) or s for s in sentences]
         grid = nli.score_grid([t for _, t in chunks], claims)  # [sentence][chunk] -> probs
         texts = [t for _, t in chunks]
+        titles = heading_texts(answer)
         for sent, claim, rows in zip(sentences, claims, grid):
             verdict, p, i = decide(rows, min_entail, min_contra)
+            if verdict != ENTAILED and sent in titles and (at := quoted_title(claim, texts)) is not None:
+                verdict, p, i = ENTAILED, 1.0, at  # a source's own heading, copied
             missing = tuple(unsupported_facts(claim, texts)) if fact_check else ()
             if verdict == ENTAILED and missing:
                 verdict, p = NEUTRAL, 1.0 - p

@@ -66,7 +66,7 @@ const PURIFY = {
 };
 const CITE = /\[source: (.+?) · chunk (\d+)\]/g;
 const MARK = /\uE000(\d+)\uE001/g; // a citation's place, private-use characters no answer keeps
-const LOOKS_CITED = /\[[^\]]*(?:· chunk \d+|#\d+)\]/; // link text dressed as a citation
+const LOOKS_CITED = /chunk\s*\d|#\d+\s*\]?\s*$/i; // link text dressed as a citation
 
 function markdown(text, { inline = false, cite = null } = {}) {
   // Citations are swapped for marks before parsing (a document name is not Markdown) and
@@ -106,8 +106,9 @@ function markdown(text, { inline = false, cite = null } = {}) {
     // A link leaves the page in a new tab and says where it goes: a planted document can
     // word a link any way it likes, but not hide its destination.
     a.target = "_blank"; a.rel = "noopener noreferrer nofollow"; a.title = a.href;
-    const host = a.protocol === "mailto:" ? "email" : a.host;
-    if (!a.textContent.includes(host)) a.after(el("span", { class: "host", text: ` (${host})` }));
+    const where = a.protocol === "mailto:" ? "mail to " + decodeURIComponent(a.href.slice(7)) : a.host;
+    const said = a.textContent.trim();
+    if (said !== a.href && said !== where) a.after(el("span", { class: "host", text: ` (${where})` }));
   }
   return frag;
 }
@@ -140,6 +141,7 @@ $("#keyform").addEventListener("submit", (ev) => {
   // nor to send along as history.
   resetConversation("Key changed: new conversation.");
   $("#uploads").replaceChildren(); uploadRows.clear();
+  $("#samples ul").replaceChildren(); $("#samples").hidden = true; // the last key's suggestions are not this one's
   whoami();
 });
 
@@ -266,6 +268,7 @@ function newTurn(question) {
     el("p", { class: "q", id: qid, text: question }), el("div", { class: "answer" }), el("p", { class: "flags" }),
     el("ul", { class: "verify", "aria-label": "Sentence verification" }),
     el("a", { class: "jump", href: "#sourcespanel", text: "Sources of this answer" })));
+  $(".jump", li).addEventListener("click", () => { if (turns[t] && turns[t].info && shownTurn !== t) renderSources(t); });
   turns.push({ li, info: null });
   $("#conversation").append(li);
   return t;
@@ -274,7 +277,8 @@ function newTurn(question) {
 function earlierTurns() {
   // The earlier turns, within the server's bounds: the oldest go first.
   const earlier = conversation.slice(-MAX_HISTORY).map((m) => ({ role: m.role, content: m.content.slice(0, MAX_TURN_CHARS) }));
-  while (earlier.length && JSON.stringify(earlier).length > MAX_HISTORY_JSON) earlier.splice(0, 2);
+  const bytes = (x) => new TextEncoder().encode(JSON.stringify(x)).length;
+  while (earlier.length && bytes(earlier) > MAX_HISTORY_JSON) earlier.splice(0, 2);
   return earlier;
 }
 
@@ -301,8 +305,9 @@ $("#askform").addEventListener("submit", async (ev) => {
   let text = "", pending = false, finished = false, stopped = false;
   const paint = () => {
     pending = false;
-    // Never re-render under the reader's focus (a link inside the answer would be lost).
-    if (current() && !box.contains(document.activeElement)) box.replaceChildren(markdown(text, { cite: citeLink(t) }));
+    // Never after the end (a queued frame would paint over its note), nor under the
+    // reader's focus (a link inside the answer would be lost).
+    if (current() && !mine.over && !box.contains(document.activeElement)) box.replaceChildren(markdown(text, { cite: citeLink(t) }));
   };
   try {
     const r = await fetch("/query", { method: "POST", headers: headers(), signal: mine.controller.signal,
@@ -334,6 +339,8 @@ $("#askform").addEventListener("submit", async (ev) => {
           $(".flags", li).textContent = flags.length ? "Flags: " + flags.join("; ") : "";
           renderVerification($(".verify", li), obj.verification, t);
           finished = true;
+          // Complete and verified: it is history now, whatever happens to the rest of the stream.
+          conversation.push({ role: "user", content: q }, { role: "assistant", content: text });
         } else if (event === "error") {
           throw new Error(obj.error);
         } else if (obj.delta) {
@@ -343,9 +350,9 @@ $("#askform").addEventListener("submit", async (ev) => {
       }
     }
     if (!current()) return;
+    mine.over = true;
     box.replaceChildren(markdown(text, { cite: citeLink(t) }));
     if (finished) {
-      conversation.push({ role: "user", content: q }, { role: "assistant", content: text });
       const v = $(".verify .sum", li);
       $("#status").append(el("span", { text: " Answer complete." + (v ? " " + v.textContent : "") }));
     } else {
@@ -353,7 +360,9 @@ $("#askform").addEventListener("submit", async (ev) => {
     }
   } catch (err) {
     if (!current()) return;
+    mine.over = true;
     stopped = err.name === "AbortError";
+    if (stopped && finished) { box.replaceChildren(markdown(text, { cite: citeLink(t) })); return; } // stopped after the end
     const why = stopped ? "stopped" : err.message;
     let hint = "";
     if (!stopped && conversation.length && /\((?:user|assistant) message \d+ of \d+\)/.test(why)) {
@@ -364,6 +373,7 @@ $("#askform").addEventListener("submit", async (ev) => {
     else box.replaceChildren(el("p", { class: "refused", text: stopped ? "Stopped before any answer." : "No answer: " + why }));
   } finally {
     box.classList.remove("streaming");
+    if (document.activeElement === $("#stopbtn")) $("#question").focus(); // the button is about to hide
     if (asking === mine) { asking = null; setAsking(false); }
     $("#newconv").disabled = conversation.length === 0 && turns.length === 0;
     $("#followup-hint").hidden = conversation.length === 0;
@@ -415,7 +425,9 @@ function uploadRow(name) {
 async function uploadFiles(files) {
   const label = $("#droplabel").value;
   const limit = me && me.max_upload_bytes ? me.max_upload_bytes : 1000000;
+  const sender = key; // the files dropped are this key's to send: not the next one's if it changes meanwhile
   for (const f of files) {
+    if (key !== sender) return;
     const show = uploadRow(f.name);
     const suffix = f.name.includes(".") ? f.name.slice(f.name.lastIndexOf(".")).toLowerCase() : "";
     if (!TEXT_SUFFIXES.includes(suffix)) {
@@ -468,6 +480,10 @@ async function refreshMine() {
   let docs = [];
   try { docs = await api("GET", "/documents"); } catch (err) { return []; }
   const mine = docs.filter((d) => d.principal === "api:" + me.name);
+  const listed = new Set(mine.map((d) => d.doc));
+  for (const [doc, row] of uploadRows) { // rejected by a reviewer, or deleted
+    if (!listed.has(doc)) { row("failed", "gone", `${doc}: rejected or deleted`); uploadRows.delete(doc); }
+  }
   $("#mine").replaceChildren(...(mine.length ? mine.map((d) => {
     const q = d.label.startsWith("_");
     const row = uploadRows.get(d.doc);
