@@ -7,8 +7,13 @@
 set -euo pipefail
 cd "$(dirname "$0")/.."
 if ! command -v npm >/dev/null 2>&1; then
-  echo "vendor-web: npm not found; the web UI's accessibility audit will be skipped" >&2
-  exit 0
+  if [ "$(id -u)" = 0 ] && command -v apt-get >/dev/null 2>&1; then
+    export DEBIAN_FRONTEND=noninteractive
+    apt-get update -qq && apt-get install -y -qq nodejs npm >/dev/null
+  else
+    echo "vendor-web: npm not found and not root to install it; the web UI's accessibility audit will be skipped" >&2
+    exit 0
+  fi
 fi
 # Skip the install when node_modules was installed from this very lock.
 if ! cmp -s web/package-lock.json web/node_modules/.installed-from.json 2>/dev/null; then

@@ -234,8 +234,11 @@ class Plan:
         if restrict and self.label is None:
             doc_label = "restricted"
         chunks = chunk_documents([doc], settings.chunker, settings.size, settings.overlap, settings.max_tokens, count_tokens)
+        # Every record has a title (uploads too, not only files read by ``ingest_paths``):
+        # filters and the page's suggested questions read it. Taken after DLP, from the stored text.
+        meta = doc.meta if "title" in dict(doc.meta) else (*doc.meta, ("title", title_of(doc)))
         record = DocRecord(doc.path, text_hash, doc_label, self.principal, origin, self.now, len(chunks),
-                           collection_of(doc.path, self.roots), _filterable(doc.meta))
+                           collection_of(doc.path, self.roots), _filterable(meta))
         return Prepared(record, chunks, found, old is not None)
 
 

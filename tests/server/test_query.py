@@ -72,6 +72,9 @@ def test_samples_are_titles_the_caller_may_read(srv):
     up = srv.call("POST", "/ingest", "contrib", json={"source": "plans.md", "body": "# Merger plans\n\nWe buy Initech."}).json()
     assert up["status"] == "quarantined"
     assert "Merger plans" not in offered("admin")  # nothing waiting for review is offered to anyone
+    version = next(q["version"] for q in srv.call("GET", "/review", "admin").json() if q["doc"] == up["doc"])
+    assert srv.call("POST", f"/review/{up['doc']}/approve?version={version}", "admin").status_code == 200
+    assert "Merger plans" in offered()  # approved: an upload's title is its heading, as a file's is
     one = srv.call("GET", "/samples?n=1").json()["questions"]
     assert len(one) == 1 and one[0]["question"] == f"What do the documents say about {one[0]['title']}?"
     assert srv.call("GET", "/samples?n=many").status_code == 422

@@ -83,10 +83,16 @@ def askable(title: str) -> str | None:
     return text
 
 
-def sample_questions(titles: dict[str, str], n: int, rng: random.Random) -> list[dict[str, str]]:
+def askable_titles(titles: dict[str, str]) -> list[tuple[str, str]]:
+    """(document, title as said) for the titles worth offering (see ``askable``)."""
+    return [(doc, text) for doc, title in sorted(titles.items()) if (text := askable(title))]
+
+
+def sample_questions(titles: dict[str, str] | list[tuple[str, str]], n: int, rng: random.Random) -> list[dict[str, str]]:
     """Up to ``n`` questions about titles the caller may read, one per document, drawn at
-    random (a page load shows different ones); see ``askable`` for what is never offered."""
-    pool = [(doc, text) for doc, title in sorted(titles.items()) if (text := askable(title))]
+    random (a page load shows different ones); see ``askable`` for what is never offered.
+    ``titles``: document -> title, or ``askable_titles``' list already made."""
+    pool = askable_titles(titles) if isinstance(titles, dict) else titles
     picked = rng.sample(pool, min(n, len(pool)))
     return [{"doc": doc, "title": guarded(title),
              "question": guarded(title if title.endswith("?") else f"What do the documents say about {title}?")}
@@ -105,12 +111,23 @@ def router(ctx: ServerContext) -> APIRouter:
         r = turned.retrieval
         return {"hits": turned.sources, "refused": r.refused, "reason": r.reason, "capped": r.capped, "flags": turned.flags}
 
+    # The titles worth offering, per engine and clearance: every page load asks, and checking
+    # every title of a big index each time would be a cheap way to spend the server's CPU.
+    pools: dict[tuple[str, ...], tuple[object, list[tuple[str, str]]]] = {}
+
     @router.get("/samples")
     def samples(n: int = 4, who: Principal = Depends(ctx.principal)) -> dict:
         """Questions to start from, about documents the caller may read (the page's suggestions)."""
         eng = ctx.current(who)
-        titles = eng.titles(sorted(who.clearance)) if eng is not None else {}
-        return {"questions": sample_questions(titles, max(1, min(n, 12)), random.Random())}
+        if eng is None:
+            return {"questions": []}
+        clearance = tuple(sorted(who.clearance))
+        cached = pools.get(clearance)
+        if cached is None or cached[0] is not eng:  # another engine: a write came in
+            if len(pools) >= 16:
+                pools.clear()
+            cached = pools[clearance] = (eng, askable_titles(eng.titles(clearance)))
+        return {"questions": sample_questions(cached[1], max(1, min(n, 12)), random.Random())}
 
     @router.post("/query")
     def query(body: QueryIn, who: Principal = Depends(ctx.principal)):
