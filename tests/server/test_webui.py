@@ -460,6 +460,24 @@ def test_no_horizontal_scroll_at_any_width(llm_ui, shots, width):
     w.clean()
 
 
+@needs_models
+def test_sources_stay_in_view_beside_a_long_conversation(llm_ui):
+    srv, w, model = llm_ui
+    page = w.page
+    page.set_viewport_size({"width": 1024, "height": 700})
+    model.script(*[markdown_reply() for _ in range(3)])
+    page.goto(srv.url + "/")
+    for _ in range(3):
+        ask(page, "How many vacation days carry over?")
+    page.locator("#question").scroll_into_view_if_needed()  # where one reads after three long answers
+    assert page.evaluate("window.scrollY") > 700
+    box = page.locator("#sourcespanel").bounding_box()  # (the viewport's coordinates)
+    assert box["y"] < 700 and box["y"] + box["height"] > 0, box
+    page.locator("#conversation > li").last.locator(".answer a.cite").first.click()
+    top = page.locator("#sources li.highlight").bounding_box()["y"]
+    assert 0 <= top < 700  # the cited chunk is on screen, not at the top of a long page
+
+
 # ---------------------------------------------------------------- contributing
 
 

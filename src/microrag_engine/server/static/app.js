@@ -46,7 +46,8 @@ const citeLabel = (id) => { const at = id.lastIndexOf("#"); return `[${id.slice(
 
 // ------------------------------------------------------------ Markdown, sanitised
 
-const md = window.markdownit({ html: false, linkify: false, typographer: false });
+// breaks: a line break is kept (an extractive answer quotes lines: list items, table rows, code)
+const md = window.markdownit({ html: false, linkify: false, typographer: false, breaks: true });
 // No image is ever loaded from an answer (a classic exfiltration channel): it shows as its alt text.
 md.renderer.rules.image = (tokens, i) => md.utils.escapeHtml(`[image: ${tokens[i].content || "no description"}]`);
 // Table alignment is the only style attribute markdown-it writes; the CSP forbids inline
@@ -243,7 +244,10 @@ function renderVerification(box, v, t) {
                            markdown(s.sentence, { cite: citeLink(t) }))
                       : el("span", { class: "said" }, markdown(s.sentence, { inline: true, cite: citeLink(t) }));
     const row = el("li", { class: "verdict " + cls }, el("span", { class: "badge", text: `${label} ${s.probability.toFixed(2)}` }), said);
-    if (s.chunk) row.append(el("span", { class: "meta", text: " checked against " }), citeLink(t)(s.chunk));
+    // the chunk that decided it, unless the sentence already cites that very chunk
+    if (s.chunk && !s.sentence.includes(`[source: ${citeLabel(s.chunk).slice(1, -1)}]`)) {
+      row.append(el("span", { class: "meta", text: " checked against " }), citeLink(t)(s.chunk));
+    }
     box.append(row);
   }
 }
@@ -396,7 +400,7 @@ $("#newconv").addEventListener("click", () => { resetConversation("New conversat
 // ------------------------------------------------------------ contributing
 
 const TEXT_SUFFIXES = [".md", ".markdown", ".txt", ".html", ".htm", ".rst", ".ipynb", ".jsonl"];
-const WAITING = { quarantined: "waiting for an admin's review", held: "held for an admin's review", live: "live" };
+const WAITING = { quarantined: "waiting for an admin's review", held: "held for an admin's review", live: "in the index" };
 const uploadRows = new Map(); // doc -> its row's updater, so a later refresh can say it went live
 
 function offerLabels(clearance) {
@@ -487,7 +491,7 @@ async function refreshMine() {
   $("#mine").replaceChildren(...(mine.length ? mine.map((d) => {
     const q = d.label.startsWith("_");
     const row = uploadRows.get(d.doc);
-    if (row) row(q ? "quarantined" : "live", q ? "quarantined" : "live", `${d.doc}: ${q ? WAITING.quarantined : "live"}`);
+    if (row) row(q ? "quarantined" : "live", q ? "quarantined" : "live", `${d.doc}: ${q ? WAITING.quarantined : WAITING.live}`);
     return el("li", {}, el("span", { class: "state " + (q ? "quarantined" : "live"), text: q ? "quarantined" : "live" }),
               ` ${d.doc}` + (q ? ` - ${WAITING.quarantined}` : ` (${d.label}, ${d.n_chunks} chunks)`));
   }) : [el("li", { class: "hint", text: "Nothing uploaded with this key yet." })]));
@@ -533,8 +537,9 @@ async function decide(doc, decision, version) {
   const status = $("#adminstatus");
   try {
     await api("POST", `/review/${pathOf(doc)}/${decision}${query}`);
+    status.className = "done-note";
     status.textContent = `${decision === "approve" ? "Approved" : "Rejected"} ${doc}.`;
-  } catch (err) { status.textContent = `${doc}: ${err.message}`; }
+  } catch (err) { status.className = "failed-note"; status.textContent = `${doc}: ${err.message}`; }
   await refreshAdmin();
   // The button pressed is gone with the old queue: the focus goes to the queue's next item, or its heading.
   const next = $("#queue button");
