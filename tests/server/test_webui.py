@@ -159,6 +159,13 @@ def upload_ui(upload_server, page):
     return upload_server, Watched(page)
 
 
+def opened(fixture) -> tuple[Running, Watched, object]:
+    """(server, watched page, page) of a ``ui``-style fixture, the page at the server's "/"."""
+    srv, w = fixture
+    w.page.goto(srv.url + "/")
+    return srv, w, w.page
+
+
 def markdown_reply():
     return sse(*(delta(content=piece) for piece in MARKDOWN_ANSWER))
 
@@ -225,9 +232,7 @@ def external_hrefs(page, where: str = "#conversation") -> list[str]:
 
 @needs_models
 def test_ask_shows_cited_answer_and_score_bars(ui):
-    srv, w = ui
-    page = w.page
-    page.goto(srv.url + "/")
+    srv, w, page = opened(ui)
     assert page.get_by_label("Question").is_visible()
     ask(page, "How many vacation days do employees get?")
     turn = last_turn(page)
@@ -255,9 +260,7 @@ def test_ask_shows_cited_answer_and_score_bars(ui):
 
 @needs_models
 def test_reader_never_sees_restricted_chunks_or_titles(ui):
-    srv, w = ui
-    page = w.page
-    page.goto(srv.url + "/")
+    srv, w, page = opened(ui)
     use_key(page, srv.key["reader"])
     page.wait_for_function("document.querySelector('#whoami').textContent.includes('reader')")
     page.wait_for_selector("#samples li button")
@@ -270,9 +273,7 @@ def test_reader_never_sees_restricted_chunks_or_titles(ui):
 
 @needs_models
 def test_another_key_starts_another_conversation(ui):
-    srv, w = ui
-    page = w.page
-    page.goto(srv.url + "/")
+    srv, w, page = opened(ui)
     sent: list[dict] = []
     page.on("request", lambda r: sent.append(json.loads(r.post_data)) if r.url.endswith("/query") else None)
     use_key(page, srv.key["admin"], ready="#admin:not([hidden])")
@@ -289,9 +290,7 @@ def test_another_key_starts_another_conversation(ui):
 
 @needs_models
 def test_sample_questions_come_from_the_index_and_ask(ui):
-    srv, w = ui
-    page = w.page
-    page.goto(srv.url + "/")
+    srv, w, page = opened(ui)
     page.wait_for_selector("#samples li button")
     offered = page.locator("#samples li button").all_inner_texts()
     titles = {"VPN", "Leave", "Deploys", "cafeteria", "Carry-over rules"}  # the public titles; never "Salary bands"
@@ -311,9 +310,7 @@ def test_sample_questions_come_from_the_index_and_ask(ui):
 
 @needs_models
 def test_follow_up_uses_the_conversation_and_new_conversation_forgets_it(ui):
-    srv, w = ui
-    page = w.page
-    page.goto(srv.url + "/")
+    srv, w, page = opened(ui)
     sent: list[dict] = []
     page.on("request", lambda r: sent.append(json.loads(r.post_data)) if r.url.endswith("/query") else None)
     ask(page, "How many vacation days do employees get?")
@@ -420,9 +417,7 @@ def test_answer_markdown_renders_sanitised_with_citations(llm_ui):
 
 @needs_models
 def test_hostile_document_stays_text_in_answer_and_sources(ui):
-    srv, w = ui
-    page = w.page
-    page.goto(srv.url + "/")
+    srv, w, page = opened(ui)
     ask(page, "What is on the cafeteria lunch menu?")
     assert "cafeteria.txt" in page.inner_text("#sources")
     assert "onerror" in page.inner_text("#sources")  # the chunk, shown as the text it is
@@ -496,9 +491,7 @@ def drop_files(page, files: dict[str, str]) -> None:
 
 @needs_models
 def test_drag_and_drop_upload_shows_quarantine_then_review(upload_ui, shots):
-    srv, w = upload_ui
-    page = w.page
-    page.goto(srv.url + "/")
+    srv, w, page = opened(upload_ui)
     use_key(page, srv.key["contrib"], ready="#contribute:not([hidden])")
     # only the labels this key may publish are offered
     assert page.eval_on_selector_all("#droplabel option", "os => os.map(o => o.value)") == ["public", "internal"]
@@ -538,9 +531,7 @@ def test_drag_and_drop_upload_shows_quarantine_then_review(upload_ui, shots):
 
 @needs_models
 def test_pasted_upload_still_works(upload_ui):
-    srv, w = upload_ui
-    page = w.page
-    page.goto(srv.url + "/")
+    srv, w, page = opened(upload_ui)
     use_key(page, srv.key["contrib"], ready="#contribute:not([hidden])")
     page.click("#contribute summary")
     page.fill("#upsource", "facilities/otters.md")
@@ -628,9 +619,7 @@ def test_keyboard_alone_reaches_every_control_with_visible_focus(ui):
 
 @needs_models
 def test_every_form_control_has_a_label(ui):
-    srv, w = ui
-    page = w.page
-    page.goto(srv.url + "/")
+    srv, w, page = opened(ui)
     use_key(page, srv.key["admin"], ready="#admin:not([hidden])")
     unlabelled = page.evaluate("""() => [...document.querySelectorAll('input, select, textarea, button')]
         .filter(e => !e.hidden && e.type !== 'hidden' && !(e.labels && e.labels.length) && !e.getAttribute('aria-label')
