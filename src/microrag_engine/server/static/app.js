@@ -140,7 +140,7 @@ $("#keyform").addEventListener("submit", (ev) => {
   sessionStorage.setItem("microrag-key", key);
   // Another key is another person: what the last one asked and read is not theirs to see,
   // nor to send along as history.
-  resetConversation("Key changed: new conversation.");
+  resetConversation(turns.length ? "Key changed: new conversation." : "");
   $("#uploads").replaceChildren(); uploadRows.clear();
   $("#samples ul").replaceChildren(); $("#samples").hidden = true; // the last key's suggestions are not this one's
   whoami();
