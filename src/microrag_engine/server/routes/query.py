@@ -88,11 +88,9 @@ def askable_titles(titles: dict[str, str]) -> list[tuple[str, str]]:
     return [(doc, text) for doc, title in sorted(titles.items()) if (text := askable(title))]
 
 
-def sample_questions(titles: dict[str, str] | list[tuple[str, str]], n: int, rng: random.Random) -> list[dict[str, str]]:
-    """Up to ``n`` questions about titles the caller may read, one per document, drawn at
-    random (a page load shows different ones); see ``askable`` for what is never offered.
-    ``titles``: document -> title, or ``askable_titles``' list already made."""
-    pool = askable_titles(titles) if isinstance(titles, dict) else titles
+def sample_questions(pool: list[tuple[str, str]], n: int, rng: random.Random) -> list[dict[str, str]]:
+    """Up to ``n`` questions drawn at random from ``pool`` (``askable_titles``: one per
+    document the caller may read), so a page load shows different ones."""
     picked = rng.sample(pool, min(n, len(pool)))
     return [{"doc": doc, "title": guarded(title),
              "question": guarded(title if title.endswith("?") else f"What do the documents say about {title}?")}
