@@ -123,3 +123,41 @@ def test_spans_lie_inside_the_text_and_do_not_overlap(text):
     found = dlp.find_secrets(text)
     assert all(0 <= f.start < f.end <= len(text) for f in found)
     assert all(a.end <= b.start for a, b in zip(found, found[1:]))
+
+
+# ---------------------------------------------------------------- documentation's made-up values (#31)
+
+
+@pytest.mark.parametrize("text", [
+    "INSERT INTO phones VALUES('704-555-1212'); -- or (202) 555-0143, +1 415 555 0100",  # 555: fiction's exchange
+    "postgresql://scott:tiger@db.example.com/test and mysql://app:s3cretPW@192.0.2.4/shop",  # RFC 2606, RFC 5737
+    "redis://:Pa55w0rd@[2001:db8::7]:6379 or amqp://celery:Pa55w0rd@mq.test/",  # RFC 3849, RFC 6761
+    "password = \"changeme\" and SECRET_KEY = 'fake-key' and token: 'dummy-token'",  # placeholders
+    "SELECT * FROM ft WHERE ft MATCH 'abc*'; the token \"abc*\" matches every word starting abc",  # query syntax
+    "User.objects.filter(password__startswith='md5$') and digest(password, 'sha1')",  # lookups, algorithm names
+    "# Authors: Christian Lorentzen <lorentzen.ch@gmail.com>\n#          Roman Yurchak <rth.yurchak@gmail.com>",
+    "Signed-off-by: Ann Author <ann@kernel.org>; report it to security@djangoproject.com or git@vger.kernel.org",
+])
+def test_made_up_and_published_values_are_not_findings(text):
+    assert dlp.find_secrets(text) == [], [(f.kind, text[f.start:f.end]) for f in dlp.find_secrets(text)]
+
+
+@pytest.mark.parametrize("text, value", [
+    ("call 415-867-5309 after six", "415-867-5309"),
+    ("mysql://root:Kx9!vQ2mZ@mysql-primary.nwa.internal:3306/shop", "Kx9!vQ2mZ"),
+    ("DB_PASSWORD=Summer2024*", "Summer2024*"),  # a symbol at the end is not a glob
+    ("reach Jane at jane.doe.hr@kestrel-logistics.io", "jane.doe.hr@kestrel-logistics.io"),
+])
+def test_real_looking_values_next_to_them_are_still_found(text, value):
+    assert value not in redact(text)[0]
+
+
+def test_real_documentation_pages_keep_their_examples():
+    from helpers.zoo import page
+    from microrag_engine.load import parse_upload
+
+    for name, kept in (("django/topics/testing/advanced.html", "fake-key"), ("django/releases/1.10.html", "md5$"),
+                       ("sklearn/auto_examples/linear_model/plot_poisson_regression_non_normal_loss.html",
+                        "lorentzen.ch@gmail.com")):
+        text = parse_upload(name, page(name))[0].text
+        assert kept in text and kept in redact(text)[0], name

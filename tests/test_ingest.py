@@ -325,3 +325,44 @@ def test_a_new_embedder_build_is_named_and_reembeds_everything_on_the_next_inges
     assert again.unchanged == ["other/c.md"]  # already this build's (its hash carries the digest)
     assert store.meta()["embedder_digest"] == "hash-next-build"  # now every document is
     assert embedder_drift({**minilm_meta, "embedder_digest": "bbbb"}, "bbbb") == ""
+
+
+def test_a_second_ingest_of_an_unchanged_tree_parses_nothing(store, tmp_path, monkeypatch):
+    import microrag_engine.ingest as ingest_module
+
+    docs = write(tmp_path / "docs", {f"p{i}.md": body(f"topic {i}") for i in range(5)})
+    assert len(ingest_paths(store, [docs], DEFAULT).added) == 5
+    parsed: list[str] = []
+    real = ingest_module.iter_tagged
+
+    def counting(files, markup="clean"):
+        for tag, doc in real(files, markup):
+            parsed.append(doc.path)
+            yield tag, doc
+    monkeypatch.setattr(ingest_module, "iter_tagged", counting)
+    report = ingest_paths(store, [docs], DEFAULT)
+    assert (len(report.unchanged), report.changes, parsed) == (5, 0, [])
+    # touched (same bytes, new mtime): hashed, not parsed; edited: parsed, the rest not
+    import os
+    import time
+    os.utime(docs / "p1.md", ns=(time.time_ns(), time.time_ns() + 10**9))
+    (docs / "p2.md").write_text(body("topic two, revised"))
+    report = ingest_paths(store, [docs], DEFAULT)
+    assert (report.changed, parsed) == (["docs/p2.md"], ["p2.md"])
+    # another policy (here a label) reads every file once more
+    parsed.clear()
+    assert len(ingest_paths(store, [docs], DEFAULT, label="internal").changed) == 5 and len(parsed) == 5
+
+
+def test_a_held_file_is_screened_again_on_every_ingest(store, tmp_path):
+    docs = write(tmp_path / "docs", {"ok.md": body("parking"), "bad.md": body("toner")})
+    screened: list[str] = []
+
+    def screen(doc, file):
+        screened.append(doc.path)
+        return ["injection: test"] if doc.path.endswith("bad.md") else []
+    first = ingest_paths(store, [docs], DEFAULT, screen=screen)
+    assert list(first.held) == ["docs/bad.md"] and first.held_files["docs/bad.md"] == str((docs / "bad.md").resolve())
+    screened.clear()
+    again = ingest_paths(store, [docs], DEFAULT, screen=screen)
+    assert list(again.held) == ["docs/bad.md"] and screened == ["docs/bad.md"]  # ok.md: skipped unread

@@ -49,6 +49,7 @@ sys.path.insert(0, str(ROOT / "src"))
 
 from microrag_engine import guard  # noqa: E402
 from microrag_engine.screen import injection  # noqa: E402
+from microrag_engine.screen.content import ADDRESSES_MODEL  # noqa: E402
 from microrag_engine.text import sentence_spans  # noqa: E402
 
 OUT = ROOT / "src" / "microrag_engine" / "models" / "injection"
@@ -64,6 +65,12 @@ SEED = 20240611
 L2 = 1e-6  # per-sample regularisation strength (objective: mean weighted log loss + L2/2 |w|^2)
 MAX_WINDOW_CHARS = injection.MAX_WINDOW_CHARS
 CAL_FALSE_PER_1000 = 0.3  # threshold target on the calibration split (the brief's ceiling is 1/1,000 on test)
+# ... and on whole pages: at most this many calibration pages per 1,000 held (issue #31's goal is
+# 1 per 1,000 on the zoo's test part; a page is held on its single highest window)
+CAL_PAGES_PER_1000 = 0.5
+ZOO_TRAIN = 120_000
+HARD_ROUNDS = 2
+HARD_WEIGHT = 10.0  # zoo dev windows trained on (all hard negatives, then a sample)
 
 # ---------------------------------------------------------------- our own texts
 
@@ -479,6 +486,35 @@ def pydocs() -> list[tuple[str, str]]:
     return docs
 
 
+def zoo_dev() -> list[tuple[str, str]]:
+    """(corpus/page, text) of the public-docs zoo's dev corpora (benchmarks/zoo/corpora.py;
+    fetched when missing), through the project's loader (cached in /tmp). Never its test part."""
+    cache = CACHE / "zoo-dev.json"
+    if cache.exists():
+        return [tuple(r) for r in json.loads(cache.read_text(encoding="utf-8"))]  # type: ignore[misc]
+    import logging
+
+    logging.getLogger("microrag_engine").setLevel(logging.ERROR)
+    from microrag_engine.load import load_documents
+
+    sys.path.insert(0, str(ROOT / "benchmarks"))
+    from zoo.corpora import CORPORA, fetch
+
+    docs = []
+    for corpus in CORPORA:
+        if corpus.part == "dev":
+            docs += [(f"{corpus.name}/{d.path}", d.text) for d in load_documents([fetch(corpus)])]
+    docs.sort(key=lambda r: r[0])
+    CACHE.mkdir(parents=True, exist_ok=True)
+    cache.write_text(json.dumps(docs), encoding="utf-8")
+    return docs
+
+
+def zoo_split(page: str) -> str:
+    """Zoo dev pages: 70% trained on, 30% for calibrating the threshold on whole pages."""
+    return "train" if bucket("zoo:" + page) < 70 else "cal"
+
+
 def split3(key: str) -> str:
     b = bucket(key)
     return "train" if b < 60 else "cal" if b < 80 else "test"
@@ -527,7 +563,17 @@ def benign() -> dict[str, dict[str, list[str]]]:
         d["test" if bucket("bi:" + t) < 25 else "train"].append(t)
     d["train"] += handbook_style()
     out["benign-imperatives"] = d
+    d = {"train": [], "cal": [], "test": []}
+    for page, text in zoo_dev():
+        d[zoo_split(page)] += windows(text)
+    out["zoo-dev"] = d  # its test split is the zoo's test corpora, measured by benchmarks/zoo.py
     return out
+
+
+def calibration_pages() -> list[str]:
+    """Whole benign pages the classifier is not trained on: the Python docs' and the zoo dev
+    part's calibration splits. The threshold is chosen on these (a page is held on one window)."""
+    return [t for p, t in pydocs() if split3("py:" + p) == "cal"] + [t for p, t in zoo_dev() if zoo_split(p) == "cal"]
 
 
 def datasets() -> dict:
@@ -574,6 +620,11 @@ def evaluate(data: dict, threshold: float, heuristic: bool = False) -> dict:
 
 
 # ---------------------------------------------------------------- training
+
+def injections_at(text: str, threshold: float) -> list[injection.Flagged]:
+    """``screen.content.injections`` at another threshold (the hold rule while calibrating)."""
+    return injection.flagged(text, threshold, where=lambda w: ADDRESSES_MODEL.search(guard.canonical(w)) is not None)
+
 
 def featurize(texts: list[str]):
     import scipy.sparse as sp
@@ -627,7 +678,14 @@ def build() -> tuple[bytes, bytes, dict]:
     rng = np.random.default_rng(SEED)
     for name, d in sorted(neg.items()):
         tr = d["train"]
-        if len(tr) > 60000:
+        if name == "zoo-dev":
+            # The hard negatives first: every window that speaks of models, prompts, tools or
+            # instructions (what the hold rule reads as addressed to a model), then a sample of the rest.
+            hard = [t for t in tr if ADDRESSES_MODEL.search(guard.canonical(t))]
+            rest = [t for t in tr if not ADDRESSES_MODEL.search(guard.canonical(t))]
+            room = max(ZOO_TRAIN - len(hard), 0)
+            tr = hard + ([rest[i] for i in sorted(rng.choice(len(rest), room, replace=False))] if len(rest) > room else rest)
+        elif len(tr) > 60000:
             tr = [tr[i] for i in sorted(rng.choice(len(tr), 60000, replace=False))]
         xs += tr
         ys += [0.0] * len(tr)
@@ -644,6 +702,16 @@ def build() -> tuple[bytes, bytes, dict]:
     print(f"training on {int(y.sum())} attack and {int((1 - y).sum())} benign windows")
     x = featurize(xs)
     coef, bias = train(x, y, w)
+    # Hard negatives: benign training windows the model still scores high ("Do NOT prompt the user
+    # for input", "Write a prompt and read a line") weigh HARD_WEIGHT times more in a second fit.
+    for _ in range(HARD_ROUNDS):
+        z = x @ coef + bias
+        hard = (y == 0) & (z > 0)
+        print(f"  hard negatives: {int(hard.sum())} benign training windows score above 0.5; refitting")
+        w2 = w.copy()
+        w2[hard] *= HARD_WEIGHT
+        w2[y == 0] *= w[y == 0].sum() / w2[y == 0].sum()
+        coef, bias = train(x, y, w2)
     weights = coef.astype(np.float16)
     injection.use_model(weights, np.float16(bias).item())  # score with what ships (float16)
     cal = [t for name in sorted(neg) for t in neg[name]["cal"]]
@@ -655,6 +723,27 @@ def build() -> tuple[bytes, bytes, dict]:
     if (cal_p >= threshold).sum() > k:
         threshold = float(f"{cal_p[k] + 1e-6:.6f}")
     print(f"threshold {threshold:.6f}: {(cal_p >= threshold).sum()} false flags on {len(cal_p)} calibration windows")
+    # On pages: a page is held by its highest window the hold rule reads (screen.content.injections),
+    # so the threshold must clear the highest such window of all but CAL_PAGES_PER_1000 of the pages.
+    page_max = np.sort(np.asarray([max((f.p for f in injections_at(t, 0.5)), default=0.0)
+                                   for t in calibration_pages()]))[::-1]
+    kp = int(np.floor(len(page_max) * CAL_PAGES_PER_1000 / 1000))
+    if kp < len(page_max) and page_max[kp] >= threshold:
+        threshold = float(f"{page_max[kp] + 1e-6:.6f}")
+    print(f"threshold {threshold:.6f}: {(page_max >= threshold).sum()} of {len(page_max)} calibration pages held")
+    # The second tier: a window held without the cue, above the highest window of every calibration
+    # page but CAL_PAGES_PER_1000 (the role-play jailbreaks the cue's words miss score this high).
+    alone_max = np.sort(np.asarray([max((f.p for f in injection.flagged(t, 0.5)), default=0.0)
+                                    for t in calibration_pages()]))[::-1]
+    threshold_alone = max(threshold, float(f"{alone_max[kp] + 1e-6:.6f}") if kp < len(alone_max) else threshold)
+    print(f"threshold without the cue {threshold_alone:.6f}: {(alone_max >= threshold_alone).sum()} calibration pages held")
+    for part in ("public", "ours"):
+        held_out = [t for name, (_, te) in pos.items() if name.startswith("ours/") == (part == "ours") for t in te]
+        p = np.asarray([injection.probability(t) for t in held_out])
+        cue = np.asarray([ADDRESSES_MODEL.search(guard.canonical(t)) is not None for t in held_out])
+        rule = (p >= threshold_alone) | ((p >= threshold) & cue)
+        print(f"held-out {part} attack windows ({len(held_out)}): recall {np.mean(p >= threshold):.3f} alone, "
+              f"{np.mean(rule):.3f} under the hold rule")
     buf = io.BytesIO()
     np.savez_compressed(buf, weights=weights, bias=np.asarray([bias], dtype=np.float16))
     counts = {name: {"train": len(tr), "test": len(te)} for name, (tr, te) in sorted(pos.items())}
@@ -664,8 +753,13 @@ def build() -> tuple[bytes, bytes, dict]:
         "features": injection.FEATURE_SPEC,
         "dim": injection.DIM,
         "threshold": threshold,
-        "threshold_rule": f"lowest score with <= {CAL_FALSE_PER_1000} false flags per 1,000 calibration benign windows",
+        "threshold_alone": threshold_alone,
+        "threshold_rule": f"lowest score with <= {CAL_FALSE_PER_1000} false flags per 1,000 calibration benign windows "
+                          f"and <= {CAL_PAGES_PER_1000} held per 1,000 calibration pages (Python docs, zoo dev) under the hold rule; "
+                          f"threshold_alone: the same on pages for windows without the cue",
         "training": {"l2": L2, "seed": SEED, "optimizer": "scipy L-BFGS-B, 600 iterations max",
+                     "hard_negatives": f"{HARD_ROUNDS} refits, benign training windows scoring above 0.5 weigh "
+                                       f"{HARD_WEIGHT:g}x",
                      "class_weights": "each class half; sources within a class by sqrt(size)"},
         "sources": {
             "positives": counts, "negatives": ncounts,
@@ -678,6 +772,10 @@ def build() -> tuple[bytes, bytes, dict]:
                 "scifact": "SciFact corpus and claims, CC BY-NC 2.0",
                 "hotpotqa": "HotpotQA-100 (OSU NLP packaging MIT; HotpotQA CC BY-SA 4.0)",
                 "handbook": "microRAG demo handbook (Apache-2.0), files split half train / half test",
+                "zoo-dev": "the public-docs zoo's dev corpora (benchmarks/zoo/corpora.py): Django (BSD-3-Clause), "
+                           "scikit-learn (BSD-3-Clause), Apache httpd (Apache-2.0), Git (GPL-2.0), Eigen (MPL-2.0), "
+                           "cryptography (Apache-2.0 or BSD), GNU Octave (GPL-3.0+), Certbot (Apache-2.0), "
+                           "Typer (MIT); pages split 70% train, 30% calibration",
             },
             "splits": "stable blake2b buckets: public templates by template, short attacks by text (20% held out); "
                       "ours 25-30% held out; benign pages/abstracts/paragraphs 60% train, 20% calibration, 20% test",

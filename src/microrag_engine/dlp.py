@@ -80,6 +80,17 @@ SHAPES = [
 _KEY_BODY = rx.compile(r"[A-Za-z0-9+/=]{40,}")
 # Domains reserved for examples (RFC 2606/6761): an address there belongs to nobody.
 _EXAMPLE_DOMAIN = rx.compile(r"(?i)(?:^|\.)(?:example\.(?:com|org|net)|example|test|invalid|localhost)$")
+# Addresses reserved for documentation: IPv4 TEST-NET-1/2/3 (RFC 5737), IPv6 2001:db8::/32 (RFC 3849).
+_DOC_ADDRESS = rx.compile(r"(?i)^(?:192\.0\.2\.|198\.51\.100\.|203\.0\.113\.|\[?2001:0?db8:)")
+_HOST = rx.compile(r"^(\[[0-9A-Fa-f:.]+\]|[A-Za-z0-9.-]+)")
+
+
+def _reserved_host(text: str, at: int) -> bool:
+    """The host that starts at ``text[at]`` is reserved for examples or documentation: a credential
+    for it opens nothing (``postgres://scott:tiger@db.example.com``, ``user:pw@192.0.2.7``)."""
+    m = _HOST.match(text[at:at + 300])
+    host = m.group(1).rstrip(".") if m else ""
+    return bool(host) and (_EXAMPLE_DOMAIN.search(host) is not None or _DOC_ADDRESS.match(host) is not None)
 
 # Phone numbers: "+" and a country code with 8-15 digits in groups, or the North American
 # 3-3-4 with separators. A bare run of digits is an id, a count or a timestamp, not a phone.
@@ -92,20 +103,71 @@ _PHONE = [
 
 
 _MESSAGE_ID = rx.compile(r"^[0-9]{8,}[.$]")
-_PAIR_AFTER = rx.compile(r"^ [0-9A-Fa-f]{2}$")
+_PAIR_AFTER = rx.compile(r"^ [0-9A-Fa-f]{2}(?:[ \t\n]|$)")  # a byte pair, not "af" of "after"
 _PAIR_BEFORE = rx.compile(r"(?:^|\s)[0-9A-Fa-f]{2} $")
+
+
+# Addresses published to be written to: role mailboxes (RFC 2142 and alike) and mailing lists.
+_ROLE_MAILBOX = frozenset("""abuse admin announce bugs contact devel dev discuss git help hostmaster info list lists maintainers
+    noc no-reply noreply postmaster press sales security support users webmaster""".split())
+_LIST_DOMAIN = rx.compile(r"(?i)(?:^|\.)(?:googlegroups\.com|lists\.[a-z0-9.-]+|vger\.kernel\.org)$|^lists?\.")
+# A line that credits people: code authorship and commit trailers name their authors on purpose.
+_ATTRIBUTION = rx.compile(r"(?i)(?:^|[#*/;%!'\"`(-]\s*|\s)(?:authors?|maintainers?|contributors?|credits?|written by|copyright|\(c\)|"
+                          r"©|signed-off-by|[a-z]+-by|co-authored-by|cc)\s*:?\s|\bby [^<>@\n]{2,60}<$")
+
+
+_NAME_ADDR_LINE = rx.compile(r"^[^<>@\n]{2,80}<[^<>\s]+@[^<>\s]+>[,.]?[ \t]*$")
+# Local parts that stand for anyone: user@gmail.com in a config example
+_ANYONE = frozenset("""user username you yourname your.name name someone somebody foo bar me email mail address
+    first.last firstname.lastname john.doe jane.doe johndoe janedoe""".split())
+
+
+def _published(text: str, local: str, domain: str, start: int) -> bool:
+    """An address its owner publishes to be written to: a role mailbox or a mailing list, or
+    one in a line that credits its author ("# Author: Ann <ann@uni.edu>", "Signed-off-by: ...")."""
+    if local.lower().split("+")[0] in _ROLE_MAILBOX | _ANYONE or _LIST_DOMAIN.search(domain) or len(local) == 1:
+        return True
+    line_start = text.rfind("\n", max(0, start - 200), start) + 1
+    if _ATTRIBUTION.search(text[line_start:start]):
+        return True
+    # A list of authors under its heading: "# Authors: A <a@x>" then "# B <b@y>" lines.
+    for _ in range(12):
+        if line_start == 0:
+            return False
+        prev_start = text.rfind("\n", max(0, line_start - 201), line_start - 1) + 1
+        line = text[prev_start:line_start - 1]
+        if _ATTRIBUTION.search(line):
+            return True
+        if not _NAME_ADDR_LINE.match(line):
+            return False
+        line_start = prev_start
+    return False
 
 
 def _is_address(text: str, f: Finding) -> bool:
     """An e-mail address someone has, not a URL's userinfo (git+ssh://git@host/...), an scp-style
-    remote (git@github.com:org/repo.git) or an address at a domain reserved for examples."""
+    remote (git@github.com:org/repo.git), an address at a domain reserved for examples or one
+    published to be written to (``_published``)."""
     local, domain = text[f.start:f.end].rsplit("@", 1)
-    if _EXAMPLE_DOMAIN.search(domain) or _MESSAGE_ID.match(local):
+    if _EXAMPLE_DOMAIN.search(domain) or _MESSAGE_ID.match(local) or _published(text, local, domain, f.start):
         return False  # reserved for examples; a Message-ID (<20030112190404.GE29873@host>) names a message
     word_start = max(text.rfind(c, max(0, f.start - 300), f.start) for c in " \t\n\"'`(<[") + 1
     if "://" in text[word_start:f.start] or text[word_start:f.start].endswith(":"):
         return False
     return text[f.end:f.end + 1] not in (":", "/")
+
+
+def _fictional_phone(number: str) -> bool:
+    """A North American number in the 555 exchange ((704) 555-1212, +1 202 555 0143): reserved
+    for fiction and examples (555-0100..0199 by the NANPA; the rest is no one's line either)."""
+    digits = "".join(c for c in number if c.isdigit())
+    if number.lstrip().startswith("+"):
+        if not digits.startswith("1"):
+            return False
+        digits = digits[1:]
+    elif len(digits) == 11 and digits.startswith("1"):
+        digits = digits[1:]
+    return len(digits) == 10 and digits[3:6] == "555"
 
 
 def _phones(text: str) -> list[Finding]:
@@ -117,8 +179,8 @@ def _phones(text: str) -> list[Finding]:
             glued = end < len(text) and (_is_word(text[end]) or (text[end] in "-." and text[end + 1:end + 2].isdigit()))
             # a hex dump's byte pairs ("00 01 02 03 04 05 06") are not a French number
             before = text[max(0, m.start(1) - 3):m.start(1)]
-            glued = glued or _PAIR_AFTER.match(text[end:end + 3]) is not None or _PAIR_BEFORE.search(before) is not None
-            if 10 <= digits <= 15 and not glued:
+            glued = glued or _PAIR_AFTER.match(text[end:end + 4]) is not None or _PAIR_BEFORE.search(before) is not None
+            if 10 <= digits <= 15 and not glued and not _fictional_phone(m.group(1)):
                 out.append(Finding("phone", m.start(1), end))
     return out
 
@@ -234,7 +296,8 @@ _KEY_QUALIFIERS = frozenset("api access secret private signing account license m
 # token_uri, credentialsId, token_type, password_file, SECRET_NAME, password_length.
 _ABOUT = frozenset("id ids name names file path url uri type length len header field env var ref policy min max "
                    "expiry expires ttl age prompt label help hint hash hashed format count prefix scheme mode kind source "
-                   "provider endpoint version store method helper process expiration duration location dir".split())
+                   "provider endpoint version store method helper process expiration duration location dir pattern regex "
+                   "chars size limit".split())
 # key, optional closing quote, operator, value. Group 1: the key; 2: the operator; 3: the value.
 # Operators: assignments, YAML/JSON colons, PHP's define('KEY', 'value'), and prose ("the wifi
 # password is X", "the password for the NAS was reset to X").
@@ -267,12 +330,17 @@ _PGPASS = rx.compile(r"(?m)^[A-Za-z0-9.*_-]+:(?:\d+|\*):[^\s:]+:[^\s:]+:(\S{4,})
 _KEYWORD_LINE = rx.compile(r"(?im)^[ \t]*(?:password|passwd)[ \t]+(\S+)[ \t]*$")
 _SEGMENTS = rx.compile(r"[A-Z]+[a-z]*|[a-z]+|[0-9]+")
 _PLACEHOLDER = rx.compile(r"(?i)^(?:[<{\[$@&]|%\(|%\{|%[A-Z_]+%|%s$|%d$|.*\$\{|.*\{\{|.*xxx|\*+$|\.+$|•+$|x+$|your[_-]|my[_-]|"
+                          r"some[_-]?(?:pass|password|secret|token|key)\b|"
                           r"\[?redacted)")
 _NOT_VALUES = frozenset("""none null nil true false undefined required optional str string bytes int bool any secretstr
     secretbytes object dict list empty same different changed stored hashed encrypted valid invalid incorrect wrong
     correct missing unset set reset needed used sent given shown ignored deprecated supported enabled disabled example
     placeholder dummy redacted hidden secret password token key value bearer basic jwt refresh access oauth oauth2
-    expired revoked rotated generated pass passwd pwd changeit""".split())
+    expired revoked rotated generated pass passwd pwd changeit changeme change_me change-me changethis foo bar baz
+    foobar qux spam eggs sample demo dummy fake test testing""".split())
+# Glob and query syntax: "abc*", "*.log", "data?" - letters and wildcards, no digit (a password
+# with a symbol at its end, "Summer2024*", has digits and stays a password).
+_GLOB = rx.compile(r"^[A-Za-z._/-]*[*?][A-Za-z._/*?-]*$")
 _TYPES = rx.compile(r"^(?:Optional|Annotated|Union|SecretStr|SecretBytes|Literal|List|Dict|Tuple|Sequence|Mapping)\b")
 _IDENT = rx.compile(r"^[A-Za-z_][A-Za-z0-9_]*$")
 _DOTTED = rx.compile(r"^[A-Za-z_][A-Za-z0-9_]*(?:\.[A-Za-z_][A-Za-z0-9_]*)+$")
@@ -318,7 +386,7 @@ _CODE_SHAPE = rx.compile(r"[A-Za-z0-9_]\(|[A-Za-z0-9_]\[|\{[A-Za-z_][A-Za-z0-9_.
 
 def _is_code(value: str) -> bool:
     """A call, attribute, subscript, type, variable reference or template - not a literal."""
-    return (_CODE_SHAPE.search(value) is not None or value.startswith(("$", "@", "&", "*", "<", "-", "/", "\\", "(", "["))
+    return (_CODE_SHAPE.search(value) is not None or value.startswith(("$", "@", "&", "*", "<", "-", "/", "\\", "(", "[", "~"))
             or _DOTTED.match(value) is not None or _TYPES.match(value) is not None)
 
 
@@ -327,18 +395,30 @@ _SELF_NAMED = rx.compile(r"(?i)^[a-z_-]*(?:password|passwd|secret|token)[a-z_-]*
 
 def _placeholder(value: str) -> bool:
     low = value.lower()
-    return (len(value) < 4 or _PLACEHOLDER.match(value) is not None or low in _NOT_VALUES
+    return (len(value) < 4 or _PLACEHOLDER.match(value) is not None or low in _NOT_VALUES or _GLOB.match(value) is not None
             or ("://" in value and "@" not in value)  # a URL without credentials in it
             # "SuperSecretToken", "myregistrytoken", "X-TOKEN-SECRET": a demo value that names itself
             or _SELF_NAMED.match(value) is not None)
+
+
+# Hash and signing algorithm names, as values of a password field ("password__startswith='md5$'").
+_ALGORITHM = rx.compile(r"(?i)^(?:md5|sha-?(?:1|224|256|384|512)|crypt|bcrypt|scrypt|argon2(?:id|i|d)?|pbkdf2(?:_sha\d+)?|"
+                        r"hmac|des|aes|rsa|plain|plaintext)\$*$")
+# A segment that says the value is made up: SECRET_KEY = 'fake-key', password: 'dummy-pw' (not
+# "django-insecure-...": Django generates those, and they are real keys)
+_MADE_UP = frozenset("fake dummy sample example placeholder changeme".split())
 
 
 def _credential_value(value: str, op: str, config_line: bool, key: str, rest_of_line: str) -> bool:
     """Whether ``value`` (after ``key`` and ``op``) is a literal credential rather than code or prose."""
     quoted = value[:1] in "\"'`" and value[-1:] == value[:1] and len(value) >= 2
     inner = value[1:-1] if quoted else value.rstrip(",)]}")
-    if _placeholder(inner):
-        return False
+    if _placeholder(inner) or _ALGORITHM.match(inner) or "__" in key or _MADE_UP.intersection(_segments(inner)):
+        return False  # a made-up value, an algorithm's name, an ORM lookup (password__startswith)
+    if inner.isdigit() and _segments(key)[-1:] == ["token"]:
+        return False  # creationToken = 1643842562: a counter or a timestamp
+    if op.strip() == ":" and _LETTERS_ONLY.match(inner) and len(rest_of_line.split()) >= 2:
+        return False  # "CERTBOT_TOKEN: Resource name part of ...": a sentence
     parts = _segments(key)  # SORT_KEY=name is not a secret; APP_KEY=9f2c... is
     bare_key = parts[-1:] == ["key"] and (len(parts) < 2 or parts[-2] not in _KEY_QUALIFIERS)
     if quoted:  # a message, a template or the key's own name is not a password
@@ -347,7 +427,7 @@ def _credential_value(value: str, op: str, config_line: bool, key: str, rest_of_
     prose, op = op[:1].isspace() and op.strip() != ":", op.strip()  # " is", " for the NAS was reset to": prose
     if prose or not config_line:
         # mid-sentence or mid-line: only a value that looks generated ("hunter2", "Sup3r!"), not "required"
-        return not _is_code(inner) and _looks_generated(inner)
+        return not _is_code(inner) and _looks_generated(inner) and not _PATH.match(inner) and not _FILE_NAME.search(inner)
     if key.isupper() and op in ("=", ":"):
         # .env and compose files: values are literal strings, whatever characters they hold
         return (not inner.startswith(("$", "<")) and _EXPRESSION.match(inner) is None and _DOTTED.match(inner) is None
@@ -394,6 +474,8 @@ def _context_values(text: str) -> list[Finding]:
             out.append(Finding("secret_in_context", start, end))
     for m in _NAMED_LITERAL.finditer(text):
         inner = m.group(2)[1:-1]
+        if len(inner.strip("\"'`")) < 4 or _MADE_UP.intersection(_segments(inner)):
+            continue  # the repeated token `"is"`; password 'dummy-pw
         verb = m.group(1).lower() == "pass"  # "pass `rel_tol=0.05`": the verb, unless what follows looks generated
         if (not _placeholder(inner) and not _IDENT.match(inner) and not _is_code(inner) and " " not in inner.strip()
                 and "=" not in inner.rstrip("=") and (not verb or _looks_generated(inner))):
@@ -434,6 +516,7 @@ _LITERAL = rx.compile(r"`([^\s`\"']{6,80})`|\"([^\s`\"']{6,80})\"|'([^\s`\"']{6,
 _CRED_SEGMENT = frozenset("pw pwd pass passwd password passphrase secret token key apikey cred creds credential credentials".split())
 
 
+_PATH = rx.compile(r"^[A-Za-z0-9_.~-]+(?:/[A-Za-z0-9_.-]+)+/?$")  # ca/ca_key.pem, ~/.pypirc: a file, not its content
 _FILE_NAME = rx.compile(r"(?i)\.(?:pem|key|crt|cer|p12|pfx|json|ya?ml|txt|env|ini|conf|cfg|toml|xml|gpg|asc|pub)$")
 
 
@@ -441,7 +524,7 @@ def _self_described(value: str) -> bool:
     parts = _segments(value)
     if not _CRED_SEGMENT.intersection(parts) or _placeholder(value):
         return False
-    if _IDENT.match(value) or _is_code(value) or "/" in value or "://" in value or "=" in value.rstrip("="):
+    if _IDENT.match(value.rstrip(".")) or _is_code(value) or "/" in value or "://" in value or "=" in value.rstrip("="):
         return False  # SECRET_KEY, OAuth2PasswordRequestForm, secrets.compare_digest, paths, key=str.lower
     if "@" in value and _EXAMPLE_DOMAIN.search(value.rsplit("@", 1)[1]):
         return False  # joe:password@example.com: an example's userinfo
@@ -533,6 +616,8 @@ _HEX_OR_WORD = rx.compile(r"^(?:[0-9a-f]+|[0-9A-F]+|[A-Z]+|[a-z]+|[A-Z][a-z]+)$"
 def _credential_token(value: str) -> bool:
     """After "Bearer"/"Basic": base64 or a generated token, not a word ("basic authentication",
     "Basic RetryHandler")."""
+    if "/" in value and all(p.isalpha() and p.islower() for p in value.split("/")):
+        return False  # "basic request/response": words
     if any(c.isdigit() or c in "+/=" for c in value):
         return True
     return _looks_generated(value) and not _wordy(value)
@@ -592,7 +677,8 @@ def _public_pem(token: str) -> bool:
 _HASH_BEFORE = rx.compile(r"(?i)(?:sha-?(?:1|224|256|384|512)|md5|blake2[bs]?|digest|checksum|hash|fingerprint|thumbprint|"
                           r"integrity)[^\n]{0,12}$")
 _KEY_BEFORE = rx.compile(r"([A-Za-z_][A-Za-z0-9_]*)[\"']?[ \t]*[:=][ \t]*[\"']?$")
-_PUBLIC_PEM = rx.compile(r"-----BEGIN (?:CERTIFICATE|[A-Z ]*PUBLIC KEY|X509 CRL|CERTIFICATE REQUEST)-----[\s\S]*?-----END [A-Z0-9 ]+-----")
+_PUBLIC_PEM = rx.compile(r"-----BEGIN (?:CERTIFICATE|[A-Z ]*PUBLIC KEY|X509 CRL|CERTIFICATE REQUEST|PGP SIGNATURE|PGP SIGNED MESSAGE|"
+                         r"PGP PUBLIC KEY BLOCK|SSH SIGNATURE|DH PARAMETERS|EC PARAMETERS)-----[\s\S]*?-----END [A-Z0-9 ]+-----")
 
 
 def _tokens(text: str) -> list[Finding]:
@@ -602,8 +688,11 @@ def _tokens(text: str) -> list[Finding]:
         if not _random_token(m.group(0)) or any(a <= m.start() < b for a, b in public):
             continue
         word_start = max(text.rfind(c, max(0, m.start() - 2048), m.start()) for c in " \t\n\"'`(<[") + 1
-        if "://" in text[word_start:m.start()] and text[m.start() - 1] != "=":
+        url = text[word_start:m.start() + 2]
+        if "://" in url and not (text[m.start() - 1] == "=" and any(c in url for c in "?&;")):
             continue  # a URL's path or fragment; a value in its query ("?sig=...") still counts
+        if text[word_start:m.start()].startswith("data:") and ";base64," in text[word_start:m.start()]:
+            continue  # a data: URL's content (an inline image)
         if _PUBLIC_KEY.search(text[max(0, m.start() - 40):m.start()]) or _public_pem(m.group(0)):
             continue  # an SSH public key or a base64 certificate: published on purpose
         if _HASH_BEFORE.search(text[max(0, m.start() - 24):m.start()]):
@@ -624,7 +713,8 @@ def find_secrets(text: str, view: str = "plain") -> list[Finding]:
     out = [Finding(kind, m.start(g), m.end(g)) for kind, pattern, g in SHAPES for m in pattern.finditer(text)
            if g == 0 or m.end(g) == len(text) or not _is_word(text[m.end(g)]) or kind in ("url_credentials",)]
     out = [f for f in out if f.kind != "email" or _is_address(text, f)]
-    out = [f for f in out if f.kind != "url_credentials" or not _placeholder(text[f.start:f.end])]
+    out = [f for f in out if f.kind != "url_credentials" or not (_placeholder(text[f.start:f.end])
+                                                                  or _reserved_host(text, f.end + 1))]
     out = [f for f in out if f.kind not in ("bearer_token", "basic_auth") or _credential_token(text[f.start:f.end])]
     out = [f for f in out if f.kind != "private_key" or _KEY_BODY.search(text[f.start:f.end])]
     out += _phones(text) + _numbers(text) + _context_values(text) + _literals(text) + _table_columns(text) + _tokens(text)

@@ -18,6 +18,7 @@ from __future__ import annotations
 
 import getpass
 import hashlib
+import json
 import queue
 import threading
 from collections import Counter
@@ -52,6 +53,7 @@ class IngestReport:
     generation: int = 0
     findings: dict[str, dict[str, int]] = field(default_factory=dict)  # doc -> {kind: count}, never values
     held: dict[str, list[str]] = field(default_factory=dict)  # doc -> why screening kept it out (``screen=``)
+    held_files: dict[str, str] = field(default_factory=dict)  # held doc -> the file it came from
 
     @property
     def changes(self) -> int:
@@ -338,7 +340,7 @@ def ingest_documents(
 
 def stream_documents(
     store: Store,
-    docs: Iterable[tuple[Document, str]],
+    docs: Iterable[tuple[Document, str] | str],
     settings: Settings,
     label: str | None = None,
     principal: str | None = None,
@@ -349,11 +351,14 @@ def stream_documents(
     total: int = 0,
     done: Callable[[], int] | None = None,
     commit_chunks: int = COMMIT_CHUNKS,
+    late_meta: Callable[[], dict[str, str]] | None = None,
 ) -> IngestReport:
-    """The ingest pipeline over (document, origin) pairs, consumed once, in order.
+    """The ingest pipeline over (document, origin) pairs, consumed once, in order; a bare id
+    among them is a document known to be unchanged (its file was not even parsed).
 
     ``deletions`` is called after the last document (it may depend on what was seen) and
-    names documents to remove; ``total``/``done`` drive ``progress`` (default: documents)."""
+    names documents to remove; so is ``late_meta``, store meta to write with the last
+    transaction; ``total``/``done`` drive ``progress`` (default: documents)."""
     settings.validate()
     embedder = make_embedder(settings.embedder)
     run = Ingestion(store, settings, embedder.dim, label, principal, extra_meta, visible, commit_chunks)
@@ -373,7 +378,7 @@ def stream_documents(
                 run.write(embed_prepared(batch, embedder))
                 batch = []
         run.write(embed_prepared(batch, embedder))
-        return run.finish(deletions())
+        return run.finish(deletions(), late_meta() if late_meta else None)
     except BaseException:
         run.abandon()
         raise
@@ -437,10 +442,11 @@ class Ingestion:
     def write(self, updates: Iterable[DocUpdate]) -> None:
         self.writer.add(updates)
 
-    def finish(self, deletions: Iterable[str]) -> IngestReport:
+    def finish(self, deletions: Iterable[str], late_meta: dict[str, str] | None = None) -> IngestReport:
         report = self.report
         report.removed = sorted(d for d in set(deletions) if d in self.plan.existing and d not in _seen(report))
-        force = not self.meta or any(self.meta.get(k) != v for k, v in self.extra_meta.items())
+        self.writer.meta.update(late_meta or {})
+        force = not self.meta or any(self.meta.get(k) != v for k, v in {**self.extra_meta, **(late_meta or {})}.items())
         # Unchanged means its hash, which includes the embedder's digest, matched: this build's vectors.
         current = {*report.added, *report.changed, *report.unchanged, *report.removed}
         if self.stale and all(d in current for d in self.plan.existing):
@@ -465,7 +471,7 @@ def clash(doc: str) -> CorpusError:
 _END = object()
 
 
-def _prepared(docs: Iterable[tuple[Document, str]], plan: Plan,
+def _prepared(docs: Iterable[tuple[Document, str] | str], plan: Plan,
               count_tokens: Callable[[str], int]) -> Iterator[Prepared | str]:
     """``plan.prepare`` over ``docs`` on a loader thread, ahead of the caller by at most
     ``QUEUE_DEPTH`` documents; an unchanged document comes out as its id. Errors (a clash
@@ -485,7 +491,13 @@ def _prepared(docs: Iterable[tuple[Document, str]], plan: Plan,
     def work() -> None:
         seen: set[str] = set()
         try:
-            for doc, origin in docs:
+            for item in docs:
+                if isinstance(item, str):  # unchanged, not parsed (``ingest_paths``'s quick check)
+                    seen.add(item)
+                    if not put(item):
+                        return
+                    continue
+                doc, origin = item
                 if doc.path in seen:
                     raise clash(doc.path)
                 seen.add(doc.path)
@@ -580,7 +592,9 @@ def ingest_paths(
     files_done = [0]
     current: list[Path] = []  # the file the loader is reading: documents come out in file order
     held: dict[str, list[str]] = {}
-    digest = make_embedder(settings.embedder).digest if screen is not None else ""
+    held_files: dict[str, str] = {}
+    digest = make_embedder(settings.embedder).digest
+    quick = QuickCheck(store.meta(), corpus, file_policy(settings, digest, label))
 
     def accepted(doc: Document) -> bool:
         """Stored as it is now (a held file taken with --no-screen earlier): not screened again."""
@@ -588,26 +602,115 @@ def ingest_paths(
         return old is not None and old.content_hash == content_hash(doc, settings, digest)
 
     def counted() -> Iterator[tuple[Source, Path, str]]:
-        for source, path, rel in corpus.files:
+        for source, path, rel in quick.changed:
             current[:] = [path]
+            quick.read(path)
             yield source, path, rel
             files_done[0] += 1  # the loader asks for the next file: this one is done
 
-    def documents() -> Iterator[tuple[Document, str]]:
+    def documents() -> Iterator[tuple[Document, str] | str]:
+        for doc_id in quick.unchanged_docs:
+            corpus.loaded.add(doc_id)
+            yield doc_id
+        files_done[0] += len(quick.unchanged_files)
         for source, d in iter_tagged(((s, path, rel) for s, path, rel in counted()), settings.markup):
             doc, origin = source_document(source, d, corpus.existing)
             corpus.loaded.add(doc.path)  # held or not, its file is here: never pruned for it
             reasons = screen(doc, current[0]) if screen is not None and current and not accepted(doc) else []
             if reasons:
                 held[doc.path] = reasons
+                held_files[doc.path] = str(current[0].resolve())
+                quick.held(current[0])
                 continue
             yield doc, origin
 
     report = stream_documents(store, documents(), settings, label, principal, lambda: corpus.deletions(prune), progress,
-                              extra_meta=corpus.roots, total=len(corpus.files), done=lambda: files_done[0])
+                              extra_meta=corpus.roots, total=len(corpus.files), done=lambda: files_done[0],
+                              late_meta=quick.meta)
     report.gone = [] if prune else corpus.missing
-    report.held = held
+    report.held, report.held_files = held, held_files
     return report
+
+
+FILES_KEY = "files"  # store meta: origin -> [size, mtime_ns, sha256, policy] of each file whose documents are stored
+
+
+def file_policy(settings: Settings, digest: str, label: str | None) -> str:
+    """What else decides a file's documents besides its bytes: parsing, DLP, stored form,
+    embedder build and label. A change re-parses every file once."""
+    return sha256("\x00".join((settings.markup, settings.dlp, str(settings.dlp_presidio), STORE_FORM, digest,
+                                label or "")))[:16]
+
+
+class QuickCheck:
+    """Re-ingest without parsing what did not change (rsync's quick check, then its checksum):
+    a file whose size and mtime match what the last ingest recorded is skipped unread; one
+    whose size matches but mtime does not is read and hashed, and skipped if the bytes are
+    the same. Either way its documents count as unchanged. Only files whose documents were
+    all stored are recorded (a held file is screened again next time)."""
+
+    def __init__(self, meta: dict[str, str], corpus: Corpus, policy: str) -> None:
+        try:
+            known = json.loads(meta.get(FILES_KEY) or "{}")
+        except ValueError:
+            known = {}
+        self.known: dict[str, list] = known if isinstance(known, dict) else {}
+        self.policy = policy
+        self.seen: dict[str, list] = {}  # origin -> signature, for the files of this ingest that went in
+        self._held: set[str] = set()
+        by_origin: dict[str, list[str]] = {}
+        for r in corpus.existing.values():
+            if r.origin:
+                by_origin.setdefault(r.origin, []).append(r.doc)
+        self.changed: list[tuple[Source, Path, str]] = []
+        self.unchanged_files: list[Path] = []
+        self.unchanged_docs: list[str] = []
+        for source, path, rel in corpus.files:
+            origin = str(path.resolve())
+            docs = by_origin.get(origin, [])
+            if docs and self._same(origin, path):
+                self.unchanged_files.append(path)
+                self.unchanged_docs += docs
+            else:
+                self.changed.append((source, path, rel))
+
+    def _same(self, origin: str, path: Path) -> bool:
+        old = self.known.get(origin)
+        try:
+            st = path.stat()
+        except OSError:
+            return False
+        if not (isinstance(old, list) and len(old) == 4 and old[3] == self.policy and old[0] == st.st_size):
+            return False
+        if old[1] != st.st_mtime_ns:
+            try:
+                if hashlib.sha256(path.read_bytes()).hexdigest() != old[2]:
+                    return False
+            except OSError:
+                return False
+        self.seen[origin] = [st.st_size, st.st_mtime_ns, old[2], self.policy]
+        return True
+
+    def read(self, path: Path) -> None:
+        """Record the signature of a file about to be parsed (stat first: a write meanwhile
+        leaves a newer mtime than recorded, so the next ingest looks again)."""
+        try:
+            st = path.stat()
+            self.seen[str(path.resolve())] = [st.st_size, st.st_mtime_ns, hashlib.sha256(path.read_bytes()).hexdigest(),
+                                              self.policy]
+        except OSError:
+            pass
+
+    def held(self, path: Path) -> None:
+        self._held.add(str(path.resolve()))
+
+    def meta(self) -> dict[str, str]:
+        """The store meta to write: signatures of this ingest's files that went in, the other
+        files' as they were."""
+        keep = {**self.known, **{o: s for o, s in self.seen.items() if o not in self._held}}
+        for o in self._held:
+            keep.pop(o, None)
+        return {FILES_KEY: json.dumps(dict(sorted(keep.items())), separators=(",", ":"))}
 
 
 @dataclass

@@ -90,3 +90,30 @@ def test_real_sphinx_pages_hold_no_chrome_and_keep_code_inline():
             assert not re.search(rf"^{chrome}$", text, re.M), (path, chrome)
         inline += len(re.findall(r"[a-z] `[^`\n]+`[ ,.]", text))  # code in the middle of a sentence
     assert inline > 100
+
+
+def test_a_generic_first_heading_gives_way_to_the_page_title():
+    from helpers.zoo import page
+    from microrag_engine.load import parse_upload
+    from microrag_engine.load.html import generic_heading
+
+    # Eigen's tutorial page opens with "Overview"; its <title> names it
+    name = "eigen/group__TutorialSlicingIndexing.html"
+    doc = parse_upload(name, page(name))[0]
+    assert dict(doc.meta)["title"] == "Eigen: Slicing and Indexing"
+    og = ('<html><head><title>Intro | Site</title><meta property="og:title" content="Window functions"></head>'
+          "<body><h1>1. Overview</h1><p>Rows.</p></body></html>")
+    assert dict(parse_upload("w.html", og)[0].meta)["title"] == "Window functions"
+    # a first heading that names the page stays the title (no meta), a site name is cut off
+    named = "<html><head><title>Queries — Django docs</title></head><body><h1>Making queries</h1></body></html>"
+    assert parse_upload("q.html", named)[0].meta == ()
+    plain = "<html><head><title>Queries — Django docs</title></head><body><h2>Introduction</h2></body></html>"
+    assert dict(parse_upload("q.html", plain)[0].meta)["title"] == "Queries"
+    assert generic_heading("1. Overview") and generic_heading("Introduction") and not generic_heading("Window functions")
+
+
+def test_a_heading_never_merges_into_a_list_item():
+    text = html_text("<body><ul><li><h3>ALTER TABLE</h3><p>Renames a column.</p></li><li>DROP COLUMN</li></ul></body>")
+    assert "### ALTER TABLE" in text.splitlines()
+    assert "- DROP COLUMN" in text.splitlines()
+    assert not any(line.startswith("- ") and "ALTER" in line for line in text.splitlines())

@@ -48,3 +48,20 @@ def test_requests_for_credentials_are_solicitation_and_advice_is_not():
 def test_never_raise(text):
     assert isinstance(stuffed(text), str) and isinstance(solicitation(text), str)
     assert isinstance(copy_of(text, [("x", text[::-1])]), str)
+
+
+def test_stuffing_is_measured_on_prose_not_on_reference_repetition():
+    from helpers.zoo import page
+    from microrag_engine.load import parse_upload
+    from microrag_engine.screen.shape import prose, stuffed_page
+
+    # Doxygen's member reference repeats "template<typename Derived >" and its own paragraphs
+    # entry after entry: the whole text compresses like a stuffed page, its prose does not
+    name = "eigen/classEigen_1_1PlainObjectBase.html"
+    text = parse_upload(name, page(name))[0].text
+    assert stuffed(text) and not stuffed_page(text)
+    # code blocks and table rows are left out, a paragraph counts once, sentences stay
+    assert prose("Intro.\n\n```\nx = 1\n```\n\na | b\n1 | 2\n\nIntro.\n\nEnd.") == "Intro.\n\nEnd."
+    # the stuffed template survives both cuts: each copy carries other keywords
+    sweep = "\n\n".join(f"## {x}\n\n" + " ".join(f"{y} help: for {y} see this page." for y in TOPICS) for x in TOPICS)
+    assert stuffed_page(sweep)

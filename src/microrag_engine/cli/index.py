@@ -108,14 +108,17 @@ def cmd_ingest(args: argparse.Namespace) -> int:
         settings = override(settings_for(args, args.preset or preset_for(store.meta())), dlp=args.dlp)
         report = ingest_paths(store, args.paths, settings, label=args.label, prune=args.prune, progress=_progress(args),
                               collection=args.collection, screen=_screen if args.screen else None)
+        _queue_held(args, store, report)
         _print(args, {**report.__dict__, "changes": report.changes}, _report_text(args, report))
         held = bool(report.held)  # exit 1 once the rest is in: a script must notice what was left out
         if args.watch:
             if not args.quiet:
                 diag(f"watching {', '.join(args.paths)} (Ctrl-C stops)")
-            watch(store, args.paths, settings, lambda r: _print(args, {**r.__dict__, "changes": r.changes},
-                                                                _report_text(args, r, each=True)), label=args.label,
-                  screen=_screen if args.screen else None)
+
+            def each(r: IngestReport) -> None:
+                _queue_held(args, store, r)
+                _print(args, {**r.__dict__, "changes": r.changes}, _report_text(args, r, each=True))
+            watch(store, args.paths, settings, each, label=args.label, screen=_screen if args.screen else None)
     finally:
         store.close()
     return 1 if held else 0
@@ -167,22 +170,39 @@ def _report_text(args: argparse.Namespace, report: IngestReport, each: bool = Fa
                                                 ("removed", report.removed)) for d in docs] if each else []
     held = [f"held: {d}: {'; '.join(why)}" for d, why in sorted(report.held.items())]
     if held:
-        held.append("held documents were not indexed: read them, then ingest them with --no-screen if they are what you want")
+        held.append("held documents were not indexed: list them with 'microrag review', then 'microrag review release "
+                    "FILE' (or reject FILE)")
     return "\n".join([*named, *report.dlp_lines(), *(f"gone: {d} (its file is gone; --prune removes it)" for d in report.gone),
                       *held, f"{_location(args)}: {report.summary()}"])
 
 
+def _queue_held(args: argparse.Namespace, store: Store, report: IngestReport) -> None:
+    """Put what screening held in the review queue beside the index (``microrag review``), with an
+    audit row each; a file a reviewer rejected at this version stays out without being queued."""
+    if not report.held:
+        return
+    from .keys import server_state
+    from .review import file_version, operator
+
+    state = server_state(args.index, store)
+    rejected = state.rejected()
+    for doc, reasons in sorted(report.held.items()):
+        origin = report.held_files.get(doc, "")
+        try:
+            version = file_version(origin) if origin else ""
+        except OSError:
+            version = ""
+        if doc in rejected and rejected[doc][0] == version:
+            reasons.insert(0, f"rejected in review by {rejected[doc][1]}")
+            continue
+        state.queue(doc, args.label or "", operator(), {}, reasons, version, "", origin)
+        state.audit(operator(), "ingest", doc, [], "held", reasons)
+
+
 def _screen(doc: Document, file: Path) -> list[str]:
-    """``screen.content`` for a file ingested by the operator (a third party's file can be hostile too)."""
-    from ..screen.content import content_reasons  # the classifier loads only for ingests that screen
-    from ..screen.hidden import MARKUP
+    from ..screen.content import screen_file  # the classifier loads only for ingests that screen
 
-    try:
-        raw = file.read_text(encoding="utf-8", errors="replace") if file.suffix.lower() in MARKUP else doc.text
-    except OSError:
-        raw = doc.text
-    return content_reasons(doc.path, raw, doc.text)
-
+    return screen_file(doc, file)
 
 
 def _uploads(paths: list[str], collection: str | None) -> list[tuple[Path, str]]:

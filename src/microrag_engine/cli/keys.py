@@ -13,8 +13,10 @@ from pathlib import Path
 
 from ..errors import MicroRAGError
 from ..server.auth import ROLES, KeyStore
+from ..server.state import ServerState
 from ..server.tables import PostgresTables
 from ..store import default_location, open_store
+from ..store.base import Store
 from ..store.postgres import PostgresStore
 from .options import add_index, add_output, diag
 
@@ -43,6 +45,12 @@ def server_dir(index: str | None) -> Path:
 
 def is_postgres(index: str | None) -> bool:
     return (index or default_location()).startswith(("postgresql://", "postgres://"))
+
+
+def server_state(index: str | None, store: Store) -> ServerState:
+    """The review queue and audit trail a server on ``index`` keeps (in ``store``'s database
+    for PostgreSQL): an operator's ingest and ``microrag review`` use the same ones."""
+    return ServerState(PostgresTables(store) if isinstance(store, PostgresStore) else server_dir(index) / "server.sqlite")
 
 
 def _keys(args: argparse.Namespace, create: bool = False) -> KeyStore:

@@ -32,10 +32,10 @@ log = logging.getLogger("microrag")
 # Command -> the module that declares it. A run imports only its command's module (a query
 # does not load the server, the evaluator or the red-team lab: part of a fast start);
 # help, and anything unrecognised, loads them all.
-GROUPS = ("query", "chat", "verify", "index", "serve", "mcp", "keys", "lab", "eval")
+GROUPS = ("query", "chat", "verify", "index", "review", "serve", "mcp", "keys", "lab", "eval")
 COMMANDS = {"retrieve": "query", "ask": "query", "rank": "query", "chat": "chat", "verify": "verify",
             "ingest": "index", "delete": "index", "check": "index", "documents": "index", "index": "index",
-            "serve": "serve", "mcp": "mcp", "keys": "keys", "compliant-llm": "lab", "local-llm": "lab",
+            "review": "review", "serve": "serve", "mcp": "mcp", "keys": "keys", "compliant-llm": "lab", "local-llm": "lab",
             "redteam": "lab", "eval": "eval"}
 
 

@@ -29,7 +29,7 @@ from ..errors import CorpusError
 from ..types import Document
 from .base import MissingExtraError, decode_bytes, read_text, split_front_matter
 from .epub import epub_text
-from .html import MAX_STYLE_WORK, html_text
+from .html import MAX_STYLE_WORK, html_page, html_text
 from .jsonl import jsonl_documents, jsonl_records, read_jsonl
 from .markdown import markdown_text
 from .notebook import notebook_text
@@ -92,7 +92,8 @@ def parse_upload(rel: str, text: str, markup: str = "clean") -> list[Document]:
     if suffix == ".jsonl":
         return jsonl_documents(text, rel)
     if suffix in HTML_SUFFIXES:
-        return [Document(rel, html_text(text, rel))]
+        body, title = html_page(text, rel)
+        return [Document(rel, body, meta=(("title", title),) if title else ())]
     if suffix == ".rst":
         return [Document(rel, rst_text(text, rel) if markup == "clean" else text)]
     if suffix == ".ipynb":

@@ -11,7 +11,9 @@ from __future__ import annotations
 
 import logging
 import re
+import threading
 
+from .. import rx
 from .base import fence, layout
 
 log = logging.getLogger("microrag")
@@ -28,8 +30,19 @@ _OFFSCREEN_PX = 999  # position/indent/translation this far off the page ("left:
 _TINY_PX = 2.0  # text smaller than this is unreadable
 # Elements whose content a browser does not render as text (fallback content, closed
 # widgets, descriptions), beside script/style/template/noscript which are removed first.
-_UNSHOWN = ("noembed", "noframes", "iframe", "datalist", "audio", "video", "canvas", "object", "dialog:not([open])",
-            "annotation", "annotation-xml", "svg desc", "svg title")
+# (Matched by name in one pass over the tree: soupsieve walks the whole tree once per selector,
+# which was most of an HTML ingest's time.)
+_UNSHOWN = frozenset(("noembed", "noframes", "iframe", "datalist", "audio", "video", "canvas", "object", "annotation",
+                      "annotation-xml"))
+
+
+def _unshown(tag) -> bool:
+    """``tag`` is one of ``_UNSHOWN``, a closed ``<dialog>``, or an SVG ``<desc>``/``<title>``."""
+    if tag.name in _UNSHOWN:
+        return True
+    if tag.name == "dialog":
+        return not tag.has_attr("open")
+    return tag.name in ("desc", "title") and tag.find_parent("svg") is not None
 # Work bound for <style> rules: matching costs (compound selectors x elements), about 2 us
 # each here. A page past it is refused with a clear error (a hostile one held a worker for
 # minutes); real documentation pages stay far below it.
@@ -222,8 +235,7 @@ def _hidden_elements(soup, name: str) -> list:
         why = _hides(tinycss2.parse_declaration_list(own, skip_comments=True, skip_whitespace=True)) if own else ""
         if why and not (why == "colour" and (sheet_background or on_background.get(id(tag.parent), False) or _background(found))):
             hidden.append(tag)
-    for selector in _UNSHOWN:
-        hidden += soup.select(selector)
+    hidden += [tag for tag in tags if _unshown(tag)]
     for closed in soup.find_all("details"):  # closed: only its summary shows
         if not closed.has_attr("open"):
             hidden += [c for c in closed.children if not (isinstance(c, Tag) and c.name == "summary")]
@@ -247,11 +259,51 @@ def _hidden_elements(soup, name: str) -> list:
 def html_text(html: str, name: str = "page") -> str:
     """The text a browser shows of ``html``, page chrome left out, structure kept as
     Markdown-like lines (``name`` only labels the warning)."""
+    return html_page(html, name)[0]
+
+
+# A first heading that names no page ("1. Overview", "Introduction", "Main Page"): the page's
+# <title> says more ("Overview — Flask" -> "Overview" is still generic; og:title is tried first).
+_GENERIC_HEADING = rx.compile(r"(?i)^(?:[0-9]+(?:\.[0-9]+)*\.?[ \t]+|[IVX]+\.[ \t]+)?(?:overview|introduction|intro|"
+                              r"contents|table of contents|index|home|welcome|summary|preface|foreword|about|"
+                              r"getting started|documentation|readme|untitled|main page|general|description|notes?)[ \t.:]*$")
+_TITLE_SEPARATORS = (" — ", " – ", " | ", " :: ", " - ")
+
+
+def generic_heading(heading: str) -> bool:
+    """``heading`` names no page: a number and "Overview", "Introduction", "Contents", ..."""
+    return _GENERIC_HEADING.match(heading.strip()) is not None
+
+
+def _page_title(soup) -> str:
+    """og:title, else <title> without the site's name after a separator ("Queries — Django 3.2")."""
+    og = soup.find("meta", attrs={"property": "og:title"})
+    candidates = [str(og.get("content") or "") if og else "", soup.title.get_text(" ", strip=True) if soup.title else ""]
+    for title in candidates:
+        title = " ".join(title.split())
+        for sep in _TITLE_SEPARATORS:
+            head = title.split(sep, 1)[0].strip()
+            if head and head != title:
+                title = head
+                break
+        if title and not generic_heading(title):
+            return title[:200]
+    return ""
+
+
+_FIRST_HEADING = rx.compile(r"(?m)^#{1,2}[ \t]+(\S[^\n]*)$")
+
+
+def html_page(html: str, name: str = "page") -> tuple[str, str]:
+    """(the text a browser shows of ``html``, its title when the text's first heading names no
+    page, else ""): ``load.parse_upload`` records that title in the document's meta."""
     from bs4 import BeautifulSoup, CData, Tag  # core dependency; imported late to keep start-up fast
 
     # A repeated attribute keeps its first value, as browsers do (not the parser's default, the last).
     soup = BeautifulSoup(html, "html.parser", on_duplicate_attribute="ignore")
+    title = _page_title(soup)
     hidden = _hidden_elements(soup, name)  # before <style> goes: its rules hide elements too
+    _remember(html, _texts_of(soup, hidden))  # screening reads them next: one parse, not two
     for tag in soup(["script", "style", "noscript", "template"]):
         tag.decompose()
     for cdata in soup.find_all(string=lambda s: isinstance(s, CData)):  # a bogus comment in HTML
@@ -267,11 +319,12 @@ def html_text(html: str, name: str = "page") -> str:
             else:
                 node.extract()
     main = _main(soup)
-    for selector in _CHROME:
-        for tag in main.select(selector):
-            if not tag.decomposed:
-                tag.decompose()
-    return _render(main)
+    for tag in [t for t in main.find_all(True) if _chrome(t)]:
+        if not tag.decomposed:
+            tag.decompose()
+    text = _render(main)
+    first = _FIRST_HEADING.search(text[:20_000])
+    return text, title if title and (first is None or generic_heading(first.group(1))) else ""
 
 
 def hidden_texts(markup: str) -> list[str]:
@@ -279,10 +332,20 @@ def hidden_texts(markup: str) -> list[str]:
     the text of the elements ``html_text`` drops as hidden, and comments. For screening
     uploads (``screen.hidden``): dropping hidden text keeps it from the model, and its
     presence says something about the author."""
-    from bs4 import BeautifulSoup, Comment, Tag
+    from bs4 import BeautifulSoup
 
+    with _seen_lock:
+        seen = _SEEN.get(markup)
+    if seen is not None:
+        return list(seen)
     soup = BeautifulSoup(markup, "html.parser", on_duplicate_attribute="ignore")
-    hidden = _hidden_elements(soup, "upload")
+    return _texts_of(soup, _hidden_elements(soup, "upload"))
+
+
+def _texts_of(soup, hidden: list) -> list[str]:
+    """The texts of ``hidden`` (outermost elements) and of the comments of ``soup``."""
+    from bs4 import Comment, Tag
+
     # The outermost only (a hidden element inside a hidden parent says nothing new), and at most
     # MAX_HIDDEN of them: each text walks the element's subtree, so nested hidden elements would
     # otherwise cost the square of the page (a 1 MB page of nested divs: minutes).
@@ -292,6 +355,20 @@ def hidden_texts(markup: str) -> list[str]:
              for node in outer]
     found += [str(c).strip()[:MAX_HIDDEN_CHARS] for c in soup.find_all(string=lambda s: isinstance(s, Comment))][:MAX_HIDDEN]
     return [t for t in found if t]
+
+
+# The hidden texts of the last pages ``html_text`` read, by markup: screening an ingested page
+# asks for them right after it is loaded (a dict is ordered: the oldest goes first).
+_SEEN: dict[str, tuple[str, ...]] = {}
+_SEEN_PAGES = 8
+_seen_lock = threading.Lock()
+
+
+def _remember(markup: str, texts: list[str]) -> None:
+    with _seen_lock:
+        _SEEN[markup] = tuple(texts)
+        while len(_SEEN) > _SEEN_PAGES:
+            _SEEN.pop(next(iter(_SEEN)))
 
 
 MAX_HIDDEN = 64  # hidden elements (and comments) read per page: enough to tell, bounded in cost
@@ -312,6 +389,19 @@ _CHROME = ("nav", "footer", "#footer", ".footer", "#toc", "[role=navigation]", "
            ".md-source-file", "button", "select", "#mdbook-help-container", "#mdbook-sidebar", "#sidebar",
            "#mdbook-menu-bar", "#menu-bar", "#mdbook-search-wrapper", "#search-wrapper", ".nav-chapters",
            ".mobile-nav-chapters")
+# The same selectors, by what they test, for one pass over the tree (``_chrome``).
+_CHROME_NAMES = frozenset(c for c in _CHROME if c[0] not in "#.[")
+_CHROME_IDS = frozenset(c[1:] for c in _CHROME if c[0] == "#")
+_CHROME_CLASSES = frozenset(c[1:] for c in _CHROME if c[0] == ".")
+_CHROME_ROLES = frozenset(c[len("[role="):-1] for c in _CHROME if c.startswith("[role="))
+
+
+def _chrome(tag) -> bool:
+    """``tag`` matches one of ``_CHROME``."""
+    if tag.name in _CHROME_NAMES or tag.get("id") in _CHROME_IDS or tag.get("role") in _CHROME_ROLES:
+        return True
+    classes = tag.get("class") or ()
+    return any(c in _CHROME_CLASSES for c in classes)
 
 
 _LINK_DENSITY = 0.85  # share of a list's text inside links above which it is navigation
@@ -379,6 +469,10 @@ def _render(root) -> str:
         if name in ("li", "tr"):  # one line each, the list or table keeps them together
             out.append("\n- " if name == "li" else "\n")
             on_line = True  # a <p> or <div> inside an item or a cell flows into its line
+        elif name in _HEADINGS:  # a heading is its own line wherever it is, never part of an item
+            out.append("\n\n" + _HEADINGS[name])
+            stack.append((node, True, in_list, False))
+            on_line = False
         elif name in _BLOCKS:
             out.append(" " if on_line else "\n\n" + _HEADINGS.get(name, ""))
             stack.append((node, True, in_list, on_line))
@@ -391,4 +485,7 @@ def _render(root) -> str:
                     children.append((" | ", False, in_list, on_line))  # cells of one row stay on its line
             children.append((child, False, in_list, on_line))
         stack.extend(reversed(children))
-    return layout("".join(out))
+    return _EMPTY_ITEM.sub("\n", layout("".join(out)))
+
+
+_EMPTY_ITEM = rx.compile(r"(?m)^- ?\n")  # an item whose text moved to the heading that began it

@@ -36,6 +36,7 @@ import json
 import re
 import threading
 import zlib
+from collections.abc import Callable
 from dataclasses import dataclass
 from importlib.resources import files
 
@@ -47,6 +48,9 @@ from microrag_engine.text import sentence_spans
 DIM = 1 << 18
 CHAR_NGRAMS = (3, 4, 5)
 MAX_WINDOW_CHARS = 400  # longer sentences are scored in overlapping pieces of this size
+# A window of fewer words orders nothing ("AI", "Model:", a heading): the n-grams of a label
+# scored 1.0 on a scikit-learn page. "Ignore previous instructions" has three.
+MIN_WINDOW_WORDS = 3
 FEATURE_SPEC = {
     "text": "guard.canonical(text).lower(), whitespace runs collapsed to one space",
     "words": "tokens [a-z0-9_]+ or one other non-space character; unigrams 'w:'+t and bigrams 'b:'+t1+' '+t2, zlib.crc32 % dim",
@@ -59,6 +63,7 @@ FEATURE_SPEC = {
 }
 
 _TOKEN = re.compile(r"[a-z0-9_]+|[^\sa-z0-9_]")
+_WORD = re.compile(r"[^\W\d_]{2,}")
 _MOD = 1 << 64
 
 
@@ -78,6 +83,9 @@ def _meta() -> dict:
 
 
 THRESHOLD: float = float(_meta()["threshold"])
+# Above this a window holds a document whatever its words (screen.content: below it, only a
+# window that also speaks to a model or of its rules does).
+THRESHOLD_ALONE: float = float(_meta().get("threshold_alone", 1.01))
 
 _lock = threading.Lock()
 _model: tuple[np.ndarray, float] | None = None
@@ -161,10 +169,12 @@ def windows(text: str, pairs: bool = True) -> list[tuple[int, int]]:
     return [(units[i][0], units[j][1]) for i, j in wins]
 
 
-def flagged(text: str, threshold: float | None = None) -> list[Flagged]:
+def flagged(text: str, threshold: float | None = None, where: Callable[[str], bool] | None = None) -> list[Flagged]:
     """The windows of ``text`` (a whole document) scoring at or above ``threshold`` (default
-    ``THRESHOLD``), highest first. A sentence is reported once: in the highest-scoring window
-    that holds it (a hostile sentence and the pair that contains it come back as one finding)."""
+    ``THRESHOLD``), highest first; with ``where``, only the windows it admits are scored (the
+    screen scores only windows that speak to a model: most of a page is never featurised).
+    A sentence is reported once: in the highest-scoring window that holds it (a hostile
+    sentence and the pair that contains it come back as one finding)."""
     if not text or not text.strip():
         return []
     limit = THRESHOLD if threshold is None else threshold
@@ -172,6 +182,8 @@ def flagged(text: str, threshold: float | None = None) -> list[Flagged]:
     hits = []
     for i, j in wins:
         s, e = units[i][0], units[j][1]
+        if len(_WORD.findall(text[s:e], 0, MAX_WINDOW_CHARS)) < MIN_WINDOW_WORDS or (where is not None and not where(text[s:e])):
+            continue
         p = _score(features(text[s:e]))
         if p >= limit:
             hits.append((p, s, i, j))

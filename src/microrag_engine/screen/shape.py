@@ -1,10 +1,11 @@
 """What a document's shape says about its purpose: stuffing, copies, and asking for secrets.
 
 * **Stuffing.** A document written to match many queries repeats one template with
-  other keywords ("vpn help: see this page. wifi help: see this page. ..."). Prose,
-  code and tables compress to 25-50% of their size with zlib; a stuffed page to a
-  few percent. At least ``STUFFED_MIN_CHARS`` long and compressing below
-  ``STUFFED_RATIO`` holds it.
+  other keywords ("vpn help: see this page. wifi help: see this page. ..."). Prose
+  compresses to 25-50% of its size with zlib; a stuffed page to a few percent. Measured
+  on the page's prose (``prose``: code blocks and table rows left out, since an API
+  reference's tables repeat one shape by design), at least ``STUFFED_MIN_CHARS`` long
+  and compressing below ``STUFFED_RATIO`` holds it.
 * **Copies.** The same text under several names multiplies its slots past the
   per-source diversity cap: an upload whose words overlap one of the same uploader's
   live documents by ``COPY_JACCARD`` or more (word 3-shingles) is a copy.
@@ -39,6 +40,35 @@ _YOUR = r"\b(?:your|their|his|her|my|our|employees'|users')\b"  # the reader's o
 SOLICIT = rx.compile(rf"(?i)\b{_SEND}\b{_GAP}{{0,80}}(?:{_YOUR}{_GAP}{{0,30}}\b{_SECRET}\b{_GAP}{{0,80}}\b{_WHERE}\b"
                      rf"|\b(?:to|at|via|into)\b{_GAP}{{0,80}}{_YOUR}{_GAP}{{0,30}}\b{_SECRET}\b)")
 NEGATED = rx.compile(r"(?i)\b(?:never|not|don't|do not|no one|nobody|must not|should not|won't|will never|avoid)\b")
+
+
+_FENCED = rx.compile(r"(?ms)^```.*?^```[ \t]*$")
+_NOT_PROSE_LINE = rx.compile(r"(?m)^(?:[^\n]* \| [^\n]*|\|[^\n]*|    [^\n]*|\t[^\n]*)$")
+
+
+def prose(text: str, once: bool = True) -> str:
+    """``text`` (as stored: code in ``` fences, table rows as "a | b") without its code and tables,
+    and (``once``) each paragraph once. Reference pages repeat their tables' and listings' shapes
+    row after row, and whole paragraphs per entry (GNU Octave's twenty moving-window functions
+    each describe the same options)."""
+    cut = _NOT_PROSE_LINE.sub("", _FENCED.sub("", text))
+    if not once:
+        return cut
+    seen: set[str] = set()
+    kept = []
+    for para in cut.split("\n\n"):
+        key = " ".join(para.split())
+        if key and key not in seen:
+            seen.add(key)
+            kept.append(para)
+    return "\n\n".join(kept)
+
+
+def stuffed_page(text: str) -> str:
+    """``stuffed`` on the page's prose, each paragraph once; a page whose distinct prose is too
+    short to judge (one templated paragraph repeated under every heading) is judged whole."""
+    once = prose(text)
+    return stuffed(once if len(once.encode("utf-8")) >= STUFFED_MIN_CHARS else prose(text, once=False))
 
 
 def stuffed(text: str) -> str:

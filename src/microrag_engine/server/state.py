@@ -50,27 +50,42 @@ class ServerState:
         t.run("INSERT INTO server_meta VALUES ('audit_key', ?) ON CONFLICT (key) DO NOTHING", (secrets.token_hex(32),))
         self._audit_key = bytes.fromhex(t.run("SELECT value FROM server_meta WHERE key = 'audit_key'")[0][0])
         # columns added after the first release (state files of older servers get them here)
-        for table, column in (("audit", "raw"), ("review", "version"), ("review", "preview")):
+        # What a reviewer rejected, by version: an operator's ingest does not queue that content again.
+        t.run("CREATE TABLE IF NOT EXISTS rejections (doc TEXT PRIMARY KEY, version TEXT NOT NULL, "
+              "principal TEXT NOT NULL, ts TEXT NOT NULL)")
+        # columns added after the first release (state files of older servers get them here); a
+        # review entry's origin is the file an operator's ingest held (uploads have none)
+        for table, column in (("audit", "raw"), ("review", "version"), ("review", "preview"), ("review", "origin")):
             t.add_column(table, column, "TEXT NOT NULL DEFAULT ''")
 
     # ------------------------------------------------------------ review queue
 
     def queue(self, doc: str, label: str, principal: str, findings: dict, flags: list[str],
-              version: str = "", preview: str = "") -> None:
-        """Queue ``doc`` for review; a newer upload of the same doc replaces the entry (and its version)."""
+              version: str = "", preview: str = "", origin: str = "") -> None:
+        """Queue ``doc`` for review; a newer upload of the same doc replaces the entry (and its version).
+        ``origin``: the file an operator's ingest held (the document is not in the index then)."""
         self.tables.run(
-            "INSERT INTO review (doc, label, principal, submitted, findings, flags, version, preview) VALUES (?,?,?,?,?,?,?,?) "
+            "INSERT INTO review (doc, label, principal, submitted, findings, flags, version, preview, origin) "
+            "VALUES (?,?,?,?,?,?,?,?,?) "
             "ON CONFLICT (doc) DO UPDATE SET label = EXCLUDED.label, principal = EXCLUDED.principal, "
             "submitted = EXCLUDED.submitted, findings = EXCLUDED.findings, flags = EXCLUDED.flags, "
-            "version = EXCLUDED.version, preview = EXCLUDED.preview",
-            (doc, label, principal, now(), json.dumps(findings), json.dumps(flags), version, preview))
+            "version = EXCLUDED.version, preview = EXCLUDED.preview, origin = EXCLUDED.origin",
+            (doc, label, principal, now(), json.dumps(findings), json.dumps(flags), version, preview, origin))
 
     def pending(self) -> list[dict]:
-        rows = self.tables.run("SELECT doc, label, principal, submitted, findings, flags, version, preview "
+        rows = self.tables.run("SELECT doc, label, principal, submitted, findings, flags, version, preview, origin "
                                "FROM review ORDER BY submitted")
         return [{"doc": r[0], "label": r[1], "principal": r[2], "submitted": r[3],
-                 "findings": json.loads(r[4]), "flags": json.loads(r[5]), "version": r[6], "preview": r[7]}
-                for r in rows]
+                 "findings": json.loads(r[4]), "flags": json.loads(r[5]), "version": r[6], "preview": r[7],
+                 "origin": r[8]} for r in rows]
+
+    def reject(self, doc: str, version: str, principal: str) -> None:
+        self.tables.run("INSERT INTO rejections VALUES (?,?,?,?) ON CONFLICT (doc) DO UPDATE SET version = EXCLUDED.version, "
+                        "principal = EXCLUDED.principal, ts = EXCLUDED.ts", (doc, version, principal, now()))
+
+    def rejected(self) -> dict[str, tuple[str, str]]:
+        """Rejected documents -> (the version rejected, who rejected it)."""
+        return {r[0]: (r[1], r[2]) for r in self.tables.run("SELECT doc, version, principal FROM rejections")}
 
     def take(self, doc: str, version: str | None = None) -> dict | None:
         """Remove ``doc`` from the queue and return its entry (None if not queued).

@@ -187,6 +187,10 @@ def router(ctx: ServerContext) -> APIRouter:
             raise HTTPException(404, "use /review/<doc>/approve?version=<version> or /review/<doc>/reject")
         if decision == "approve" and not version:
             raise HTTPException(422, "approving needs ?version=<the version shown by GET /review>")
+        held_file = next((e["origin"] for e in cfg.state.pending() if e["doc"] == doc and e["origin"]), "")
+        if held_file and decision == "approve":  # not in the index: it was never written
+            raise HTTPException(409, f"{doc!r} was held by an operator's ingest and is not in the index; release it "
+                                     f"where the file is: microrag review release {held_file}")
         with ctx.lock, cfg.store.writing():
             entry = cfg.state.take(doc, version if decision == "approve" else None)
             if entry is None:
@@ -197,6 +201,8 @@ def router(ctx: ServerContext) -> APIRouter:
             if decision == "approve":
                 _relabel(doc, entry["label"], entry["version"])
                 cfg.state.approve(doc, entry["version"], who.name)
+            elif held_file:
+                cfg.state.reject(doc, entry["version"], who.name)  # the operator's next ingest holds it silently
             else:
                 delete_documents(cfg.store, [doc])
             ctx.reload(by=who)
