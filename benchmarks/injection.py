@@ -47,8 +47,11 @@ def speed(texts: list[str]) -> dict:
 def hold_rule(data: dict, thr: float) -> dict:
     """Recall and false flags of the ingest hold rule (flagged and addressed to a model) next to the classifier's."""
     def rates(texts: list[str]) -> tuple[int, int]:
-        alone = [t for t in texts if injection.probability(t) >= thr]
-        return len(alone), sum(bool(ADDRESSES_MODEL.search(guard.canonical(t))) for t in alone)
+        scored = [(t, injection.probability(t)) for t in texts]
+        alone = [t for t, p in scored if p >= thr]
+        held = [t for t, p in scored if p >= injection.THRESHOLD_ALONE
+                or (p >= thr and ADDRESSES_MODEL.search(guard.canonical(t)))]
+        return len(alone), len(held)
 
     windows = {}
     pos = {"public": [t for k, (_, te) in data["positives"].items() if not k.startswith("ours/") for t in te],
@@ -108,8 +111,9 @@ def main() -> None:
     rule = hold_rule(data, thr)
     result["hold_rule"] = rule
     lines += ["\n## The hold rule at ingest (screen.content)\n",
-              "A flagged window holds a document only when it also speaks to a model or about its instructions "
-              "(`screen.content.ADDRESSES_MODEL`). Held-out windows, and whole Python-docs pages (every rendered page: "
+              f"A flagged window holds a document when it also speaks to a model or about its instructions "
+              f"(`screen.content.ADDRESSES_MODEL`), or when it scores {injection.THRESHOLD_ALONE} or more "
+              "(`threshold_alone`, calibrated on whole pages). Held-out windows, and whole Python-docs pages (every rendered page: "
               "60% of them were training pages for the classifier, so this is a dev figure):\n",
               "| | classifier alone | hold rule |", "|---|---:|---:|"]
     for key, (alone, held) in rule["windows"].items():

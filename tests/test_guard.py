@@ -38,7 +38,7 @@ def test_canonical_leaves_ordinary_text_alone():
     ("the api_key=abcdef123456", "secret_in_context"),
     ("use `EXAMPLE-svc-backup-pw` for backups", "secret_in_context"),
     ("mail ann.lee@brightwave.co today", "email"),
-    ("call +1 503 555 0143 now", "phone"),
+    ("call +1 503 867 0143 now", "phone"),
     ("blob Zq8vN2kLm4Rt7yXw9PbCqT3s end", "high_entropy_token"),
     ("-----BEGIN RSA PRIVATE KEY-----\nMIIEowIBAAKCAQEAu1SU1LfVLPHCozMxH2Mo4lgOEePzNm0tRgeLezV6ffAt0gun\n"
      "-----END RSA PRIVATE KEY-----", "private_key"),

@@ -4,8 +4,9 @@ Each corpus is one Debian package at a pinned version and sha256 (``apt-get down
 ``dpkg-deb -x``, as ``scripts/install-pydoc.sh`` does), the files of it that are pages (site
 furniture - search pages, indexes, ``_sources`` copies of rendered pages - left out), and a
 part: ``dev`` corpora are the ones screening and DLP may be tuned on, ``test`` corpora are only
-measured. Two outside sets (Debian's ``sqlite3-doc``, FastAPI's Markdown docs) are deliberately
-not here: they are kept aside as checks nobody tunes on.
+measured. The outside checks of issue #31 are kept apart from both: Debian's ``sqlite3-doc`` is
+here as part ``outside`` (measured, never tuned on, never a test fixture); FastAPI's Markdown docs
+are not in Debian 12 nor in FastAPI's PyPI sdist, so this machine cannot fetch them.
 
 Chosen for breadth (generator x domain); the ML libraries are the hardest negatives an
 injection screen meets (models, training, prompts, agents), the security tools' pages are full
@@ -38,7 +39,7 @@ class Corpus:
     package: str
     version: str
     sha256: str
-    part: str  # "dev" (tuned on) or "test" (measured only)
+    part: str  # "dev" (tuned on), "test" (measured only) or "outside" (the issue's outside check: measured only)
     generator: str  # what wrote the pages: Sphinx, Doxygen, texinfo, ...
     domain: str
     root: str  # folder inside the package that holds the pages
@@ -119,6 +120,10 @@ CORPORA: tuple[Corpus, ...] = (
     Corpus("nacl", "python-nacl-doc", "1.5.0-2",
            "6ac81bf3bf627c4da03d7bb96ad6637615184f0300fc7c5277e745d0d496b0ac", "test", "Sphinx HTML", "security library",
            f"{D}/python-nacl-doc/html", ("*.html",), _SPHINX_SKIP),
+    # ------------------------------------------------------------------ outside: the issue's check
+    Corpus("sqlite", "sqlite3-doc", "3.40.1-2+deb12u2",
+           "466e30d7066e2641fa13e56bc662a2ad521b8cc9c17dde9c9dac3d4f105e32f2", "outside", "hand-written HTML",
+           "database", f"{D}/sqlite3", ("*.html",), ("*/*",)),
 )
 
 

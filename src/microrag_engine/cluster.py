@@ -46,11 +46,13 @@ from .ingest import (
     IngestReport,
     Plan,
     Prepared,
+    QuickCheck,
     Source,
     Ticker,
     attach_vectors,
     clash,
     embed_texts,
+    file_policy,
     prepare_files,
 )
 from .store.base import Store
@@ -234,8 +236,14 @@ def ingest_cluster(
     die_marker, test_commit = cluster_test_hooks()
     settings.validate()
     corpus = Corpus.resolve(store, paths, settings, collection)
-    run = Ingestion(store, settings, make_embedder(settings.embedder).dim, label, principal, corpus.roots,
+    embedder = make_embedder(settings.embedder)
+    run = Ingestion(store, settings, embedder.dim, label, principal, corpus.roots,
                     commit_chunks=test_commit or commit_chunks)
+    # Every file goes in (no screening here), so each one's signature is recorded as a local
+    # ingest records it: the next local run skips what this one stored.
+    quick = QuickCheck(store.meta(), corpus, file_policy(settings, embedder.digest, label))
+    for _, path, _ in corpus.files:
+        quick.read(path)
     cpus = int(ray.cluster_resources().get("CPU", 0))
     if cpus < 1:  # tasks could never be scheduled: waiting would hang
         raise MicroRAGError("the Ray cluster has no CPUs for tasks (a head started with --num-cpus=0 and no workers?); "
@@ -246,7 +254,7 @@ def ingest_cluster(
     ticker = Ticker(progress, len(corpus.files), "file")
     try:
         flow.run(ticker)
-        report = run.finish(_still_gone(corpus.deletions(prune), corpus))
+        report = run.finish(_still_gone(corpus.deletions(prune), corpus), quick.meta())
     except BaseException:
         flow.cancel()
         run.abandon()

@@ -113,7 +113,7 @@ _ROLE_MAILBOX = frozenset("""abuse admin announce bugs contact devel dev discuss
 _LIST_DOMAIN = rx.compile(r"(?i)(?:^|\.)(?:googlegroups\.com|lists\.[a-z0-9.-]+|vger\.kernel\.org)$|^lists?\.")
 # A line that credits people: code authorship and commit trailers name their authors on purpose.
 _ATTRIBUTION = rx.compile(r"(?i)(?:^|[#*/;%!'\"`(-]\s*|\s)(?:authors?|maintainers?|contributors?|credits?|written by|copyright|\(c\)|"
-                          r"©|signed-off-by|[a-z]+-by|co-authored-by|cc)\s*:?\s|\bby [^<>@\n]{2,60}<$")
+                          r"©|signed-off-by|[a-z]+-by|co-authored-by)\s*:?\s|\bby [^<>@\n]{2,60}<$")
 
 
 _NAME_ADDR_LINE = rx.compile(r"^[^<>@\n]{2,80}<[^<>\s]+@[^<>\s]+>[,.]?[ \t]*$")

@@ -180,3 +180,44 @@ def test_ingest_holds_a_hostile_third_party_file_and_keeps_the_rest(tmp_path):
     # taken once, they are not held again while they stay as they are
     third = run_cli("ingest", str(docs), "--index", str(ix), "--json")
     assert third.returncode == 0 and json.loads(third.stdout)["held"] == {}
+
+
+@needs_models
+def test_review_lists_releases_and_rejects_held_files_through_the_servers_queue(tmp_path):
+    """#31: what the ingest held waits in the review queue beside the index, with its reasons;
+    one file is released without a --no-screen run, another rejected; both leave audit rows,
+    and the next ingest does not queue the rejected file again."""
+    from microrag_engine.server.state import ServerState
+
+    docs = tmp_path / "vendor"
+    docs.mkdir()
+    (docs / "setup.md").write_text("# Setup\n\nInstall the agent with the package manager and restart the service.")
+    (docs / "billing.md").write_text("# Billing\n\nTo renew, send your corporate card PIN and number to renewals@vendor.example.")
+    (docs / "renew.md").write_text("# Renew\n\nPlease e-mail your password and MFA code to helpdesk@vendor.example today.")
+    ix = tmp_path / "ix"
+    assert run_cli("ingest", str(docs), "--index", str(ix)).returncode == 1
+    listed = run_cli("review", "--index", str(ix), "--json")
+    entries = json.loads(listed.stdout)
+    assert sorted(e["doc"] for e in entries) == ["vendor/billing.md", "vendor/renew.md"], listed.stderr
+    assert all(e["flags"] and e["origin"].endswith(e["doc"].split("/")[1]) for e in entries)
+    assert "solicitation" in run_cli("review", "--index", str(ix)).stdout  # the reasons, readable
+    assert run_cli("review", "release", str(docs / "billing.md"), "--index", str(ix)).returncode == 0
+    assert run_cli("review", "reject", "vendor/renew.md", "--index", str(ix)).returncode == 0
+    bad = run_cli("review", "release", "vendor/setup.md", "--index", str(ix))
+    assert bad.returncode != 0 and "not waiting for review" in bad.stderr and "Traceback" not in bad.stderr
+    indexed = [d["doc"] for d in json.loads(run_cli("documents", "--index", str(ix), "--json").stdout)]
+    assert sorted(indexed) == ["vendor/billing.md", "vendor/setup.md"]
+    again = run_cli("ingest", str(docs), "--index", str(ix), "--json")
+    assert list(json.loads(again.stdout)["held"]) == ["vendor/renew.md"]  # rejected: out, and said so
+    assert "rejected in review" in json.loads(again.stdout)["held"]["vendor/renew.md"][0]
+    state = ServerState(ix / "server.sqlite")
+    assert state.pending() == []
+    decisions = {(r["query"], r["decision"]) for r in state.trail(50) if r["action"] == "review"}
+    assert decisions == {("vendor/billing.md", "release"), ("vendor/renew.md", "reject")}
+    # edited since it was rejected: held and queued again; edited once more, it is not released unread
+    (docs / "renew.md").write_text("# Renew\n\nPlease e-mail your password and MFA code to helpdesk@vendor.example now!")
+    run_cli("ingest", str(docs), "--index", str(ix))
+    assert [e["doc"] for e in state.pending()] == ["vendor/renew.md"]
+    (docs / "renew.md").write_text("# Renew\n\nPlease e-mail your password to helpdesk@vendor.example right now!")
+    changed = run_cli("review", "release", "--all", "--index", str(ix))
+    assert changed.returncode != 0 and "changed since it was held" in changed.stderr

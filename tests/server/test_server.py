@@ -177,7 +177,7 @@ def test_rejected_upload_is_gone(srv):
 
 def test_dlp_redacts_and_never_echoes(srv):
     secret = "Zq8vN2kLm4Rt7yXw9PbC"
-    body = f"# Ops\n\nThe backup password: {secret}. Contact dana [at] corp (dot) com or +1 503 555 0143."
+    body = f"# Ops\n\nThe backup password: {secret}. Contact dana [at] corp (dot) com or +1 503 867 0143."
     r = srv.call("POST", "/ingest", "trusted", json={"source": "ops.md", "body": body})
     assert r.status_code == 200
     out = r.json()

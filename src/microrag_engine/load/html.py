@@ -485,7 +485,7 @@ def _render(root) -> str:
                     children.append((" | ", False, in_list, on_line))  # cells of one row stay on its line
             children.append((child, False, in_list, on_line))
         stack.extend(reversed(children))
-    return _EMPTY_ITEM.sub("\n", layout("".join(out)))
+    return _EMPTY_ITEM.sub("", layout("".join(out))).strip()
 
 
-_EMPTY_ITEM = rx.compile(r"(?m)^- ?\n")  # an item whose text moved to the heading that began it
+_EMPTY_ITEM = rx.compile(r"(?m)^-[ \t]*(?:\n|\z)")  # an item whose text moved to the heading that began it
