@@ -102,3 +102,34 @@ def demo_engine():
 ])
 def test_readme_examples_answer_correctly(demo_engine, question, fact):
     assert fact in demo_engine.ask(question).text
+
+
+def test_a_question_alone_is_never_the_answer_and_an_faq_question_brings_its_answer():
+    faq = ("# FAQ\n\n(12) I deleted a lot of data but the database file did not get any smaller. Is this a bug?\n\n"
+           "No. When you delete information, the freed pages are kept for reuse; run VACUUM to rebuild the file smaller.")
+    ans = extractive_answer("Why did my database file not shrink after I deleted a lot of data?", retrieval("q", faq))
+    assert "VACUUM" in ans  # the answer under the question, not the question alone
+    # A chunk that ends on the question has nothing to offer from it.
+    only = extractive_answer("Why did my database file not shrink after deleting data?",
+                             retrieval("q", "# FAQ\n\n(12) I deleted a lot of data. Is this a bug?"))
+    assert only.startswith(NOT_IN_DOCUMENTS) or "Is this a bug?" not in only.split("[source")[0].splitlines()[-1]
+
+
+def test_a_refusal_of_the_answerer_comes_with_its_reason_apart():
+    from microrag_engine.generate import extract
+
+    said = extract("how do I configure kerberos?", retrieval("q", LEAVE), min_support=0.3, max_missing=0.3)
+    assert said.text.startswith(NOT_IN_DOCUMENTS) and said.refusal and said.refusal in said.text
+    answered = extract("how many vacation days do I get?", retrieval("q", LEAVE))
+    assert answered.refusal == "" and "20 paid vacation days" in answered.text
+
+
+def test_a_neighbour_chunk_in_the_context_is_quoted_with_its_own_citation():
+    first = "# Limits\n\nSQLite has several compile-time limits. They can be lowered at run time."
+    second = "The maximum number of tables in a join is 64."
+    hits = [Hit(Chunk("limits.md#0", "limits.md", 0, 0, len(first), first), 1.0, 1, 1, 1, 1)]
+    near = [Hit(Chunk("limits.md#1", "limits.md", 1, len(first) + 1, len(first) + 1 + len(second), second), 0, 0, 0, 0, 0)]
+    q = "how many tables can a join have at most?"
+    assert "64" not in extractive_answer(q, Retrieval(q, hits))
+    ans = extractive_answer(q, Retrieval(q, hits, context=near))
+    assert "64" in ans and "[source: limits.md · chunk 1]" in ans

@@ -141,6 +141,8 @@ class Done:
     mode: str
     flags: list[str]
     verification: dict[str, Any] | None
+    refused: bool = False  # the answer is a refusal (gate, answerer, model or verification)
+    reason: str = ""
 
 
 StreamEvent = Sources | Delta | Done
@@ -288,7 +290,8 @@ class Client:
                 yield Sources(payload.get("sources", []), bool(payload.get("refused")), payload.get("reason", ""),
                               payload.get("capped", []))
             elif event == "done":
-                yield Done(payload.get("mode", ""), payload.get("flags", []), payload.get("verification"))
+                yield Done(payload.get("mode", ""), payload.get("flags", []), payload.get("verification"),
+                           bool(payload.get("refused")), payload.get("reason", ""))
             elif "delta" in payload:
                 yield Delta(payload["delta"])
 

@@ -89,6 +89,9 @@ class Settings:
     answer_min_support: float = 0.35  # refuse when no passage's support (keyword share + cosine) / 2 reaches this
     answer_max_missing: float = 0.4  # ...or when more of the query's term weight than this is absent from
     answer_rescue_sem: float = 0.7  # every retrieved chunk and no passage's cosine reaches answer_rescue_sem
+    # chunks each side of a hit, in its document, that an answer may quote from (small-to-big):
+    # a fact one sentence past a chunk's edge is in reach. 0: the hits alone.
+    context_chunks: int = 1
     # step 6 - verify answers (NLI): "shipped", "llm", or a model folder
     nli: str = "shipped"
     verify_policy: str = "flag"  # flag | drop | refuse unsupported sentences
@@ -137,6 +140,8 @@ class Settings:
             raise ConfigError(f"rerank_depth must be at least 1, got {self.rerank_depth}")
         if self.w_long_doc < 0 or self.long_doc_chunks < 1:
             raise ConfigError(f"w_long_doc must be >= 0 and long_doc_chunks >= 1, got {self.w_long_doc}, {self.long_doc_chunks}")
+        if not 0 <= self.context_chunks <= 4:
+            raise ConfigError(f"context_chunks must be between 0 and 4, got {self.context_chunks}")
         if self.max_per_source < 0:
             raise ConfigError(f"max_per_source must be >= 0 (0 turns the cap off), got {self.max_per_source}")
         return self
@@ -163,6 +168,7 @@ PRESETS: dict[str, Settings] = {
         answer_rescue_sem=0.0,
         hold_mimics=False,  # the seed answers from what it retrieved, as written
         conflicts=False,
+        context_chunks=0,  # and from its hits alone
     ),
 }
 

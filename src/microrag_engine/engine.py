@@ -24,7 +24,7 @@ from .augment import build_messages
 from .chunk import chunk_documents
 from .config import LLMConfig, Settings, override
 from .errors import ConfigError, CorpusError, MicroRAGError
-from .generate import Relevance, extractive_answer, is_refusal, relevance
+from .generate import Relevance, extract, is_refusal, relevance
 from .index import Index, build_index
 from .index.ann import HNSW, faiss_available
 from .index.embed import make_embedder
@@ -40,7 +40,7 @@ from .runtime.llm import ChatStream
 from .store.base import DocFilter, DocRecord, SearchableStore, Store
 from .text import bm25_fingerprint
 from .tools import FileTool, ToolResult
-from .types import Chunk, Document, Retrieval, Turn
+from .types import NOT_SUPPORTED, Chunk, Document, Hit, Retrieval, Turn
 from .verify import Verification, verify_with
 from .verify.conflict import Conflict, conflict_answer, find_conflicts
 from .verify.nli import NLIModel, load_nli
@@ -66,6 +66,10 @@ class Answer:
     flags: list[str] = field(default_factory=list)  # "budget: ...", "verify: ..." notes for the caller
     condensed: Condensed | None = None  # in a conversation: the retrieval query and how it was made
     conflicts: list[Conflict] = field(default_factory=list)  # sources that contradict each other (mode "conflict")
+    # Whether this answer is a refusal, and why - whoever refused: the grounding gate, the
+    # answerer (no passage answers it), the model (it said so) or verification (nothing left).
+    refused: bool = False
+    reason: str = ""
 
 
 class Engine:
@@ -504,20 +508,25 @@ class Engine:
             if on_piece:
                 on_piece(text)
             return Answer(text, "conflict", retrieval, flags=notes, conflicts=disputed)
+        retrieval = self.with_context(retrieval)
         if llm is None or retrieval.refused:
             s = self.settings
             asked = retrieval.query if history else query
-            text = extractive_answer(asked, retrieval, self.index.embedder, retrieval.weight, s.answer_min_support,
-                                     s.answer_max_missing, s.answer_rescue_sem)
+            said = extract(asked, retrieval, self.index.embedder, retrieval.weight, s.answer_min_support,
+                           s.answer_max_missing, s.answer_rescue_sem)
             if on_piece:
-                on_piece(text)
-            ans = Answer(text, "extractive", retrieval, flags=list(notes))
+                on_piece(said.text)
+            ans = Answer(said.text, "extractive", retrieval, flags=list(notes), refused=bool(said.refusal),
+                         reason=said.refusal)
         else:
-            stream = ChatStream(llm, build_messages(query, retrieval.hits, spotlight=spotlight, history=history), deadline=deadline)
+            stream = ChatStream(llm, build_messages(query, retrieval.passages, spotlight=spotlight, history=history),
+                                deadline=deadline)
             ans = Answer("".join(_tee(stream, on_piece)), "llm", retrieval, truncated=stream.truncated, flags=list(notes))
+            if is_refusal(ans.text):
+                ans.refused, ans.reason = True, "the model found no answer in the passages"
             if stream.truncated and over():
                 ans.flags.append("budget: the answer was cut at the request's time budget")
-        if verify and not retrieval.refused and not (ans.mode == "extractive" and is_refusal(ans.text)):
+        if verify and not ans.refused:
             if over():
                 ans.flags.append("verify: skipped, the request budget is spent")
             else:
@@ -530,11 +539,36 @@ class Engine:
                     ans.text = ans.verification.text
                     if not ans.verification.supported:
                         ans.flags.append("verify: " + ans.verification.summary())
+                    if ans.text.lstrip().startswith(NOT_SUPPORTED):
+                        ans.refused = True
+                        ans.reason = "verification: " + (ans.verification.off_question or ans.verification.summary())
         if tools is not None and ans.mode == "llm":
             ans.tools = tools.run(ans.text, [h.chunk.text for h in retrieval.hits])
             for t in ans.tools:
                 ans.text += f"\n[tool {t.call}: " + (t.output if t.ran else f"not run - {t.refused}") + "]"
         return ans
+
+    def with_context(self, retrieval: Retrieval) -> Retrieval:
+        """``retrieval`` with the ``context_chunks`` neighbours of each hit in its document
+        (``Retrieval.context``): what the answer may also quote. Never a chunk the ranking
+        held back for restating the question (a planted passage stays out), nor a hit twice.
+        The neighbours are of the hits' own documents, so of labels the caller may read."""
+        n = self.settings.context_chunks
+        if n == 0 or retrieval.refused or not retrieval.hits or retrieval.context:
+            return retrieval
+        have = {(h.chunk.doc, h.chunk.index) for h in retrieval.hits}
+        held = {i for i, _ in retrieval.held}
+        want: dict[tuple[str, int], None] = {}
+        for h in retrieval.hits:
+            for d in range(1, n + 1):
+                for i in (h.chunk.index - d, h.chunk.index + d):
+                    if i >= 0 and (h.chunk.doc, i) not in have:
+                        want[(h.chunk.doc, i)] = None
+        places = list(want)
+        found = self.store.chunks_at(places) if self.store is not None else self.index.chunks.at(places)
+        by_place = {(c.doc, c.index): c for c in found if c.id not in held}
+        context = [Hit(by_place[p], 0.0, 0.0, 0.0, 0.0, 0.0) for p in places if p in by_place]
+        return replace(retrieval, context=context)
 
     def conflicts(self, retrieval: Retrieval) -> tuple[list[Conflict], list[str]]:
         """Whether the retrieved sources contradict each other about the query (``verify.conflict``):
@@ -559,7 +593,7 @@ class Engine:
             return relevance(question, texts, sources, self.index.embedder, retrieval.weight,
                              common=self.index.embedder.vocabulary())
 
-        return verify_with(self.settings, answer, [(h.chunk.id, h.chunk.text) for h in retrieval.hits],
+        return verify_with(self.settings, answer, [(h.chunk.id, h.chunk.text) for h in retrieval.passages],
                            question=retrieval.query, relevance_of=relevance_of)
 
 

@@ -79,7 +79,7 @@ _HOW = re.compile(r"^\s*(?:how|what(?:'s| is) the (?:best |right )?way|show|exam
 class Unit:
     """One answerable piece of a retrieved chunk."""
 
-    hit: int  # index into ``Retrieval.hits``
+    hit: int  # index into ``Retrieval.passages`` (the hits, then their neighbours)
     pos: int  # order within its chunk
     para: int  # paragraph (block) within its chunk: sentences of one paragraph read on together
     text: str
@@ -102,7 +102,7 @@ def _kind(text: str) -> str:
 def units_of(retrieval: Retrieval) -> list[Unit]:
     """Every unit of every retrieved chunk, in retrieval then reading order."""
     out: list[Unit] = []
-    for r, h in enumerate(retrieval.hits):
+    for r, h in enumerate(retrieval.passages):
         heading, header, para, prev_end, prev_kind = "", "", 0, 0, ""
         page = re.sub(r"[/_.#-]+", " ", h.chunk.doc.rsplit(".", 1)[0])
         for pos, (s, e) in enumerate(sentence_spans(h.chunk.text)):
@@ -215,11 +215,13 @@ def score_units(query: str, retrieval: Retrieval, embedder: Embedder | None = No
         if u.kind == "heading":
             continue
         span = _expand(units, j, query, bounds[u.hit])
+        if _asks(units[span[-1]]):
+            continue  # ends on a question with nothing after it in its chunk: never offered as the answer
         if tuple(span) not in seen:
             seen.add(tuple(span))
             spans.append(span)
     texts = [_join([units[k] for k in span]) for span in spans]
-    sources = [h.chunk.text + "\n" + h.chunk.doc for h in retrieval.hits]
+    sources = [h.chunk.text + "\n" + h.chunk.doc for h in retrieval.passages]
     common = embedder.vocabulary() if embedder is not None else frozenset()
     kw = relevance(query, texts, sources, None, weight, [units[span[0]].context for span in spans], common=common)
     # Embed the passages most likely to matter: keyword share plus a little for the chunk's rank.
@@ -293,7 +295,9 @@ def _expand(units: list[Unit], j: int, query: str, bounds: tuple[int, int]) -> l
         shows_code = nxt.kind == "code" and (leads_in or how)
         reads_on = nxt.kind == "sentence" and chars + len(nxt.text) <= PARA_CHARS and (
             nxt.para == tail.para or (picked == [j] and _is_label(units, j)))  # a label is read with what it names
-        if nxt.kind == "heading" or not (leads_in or in_list or shows_code or reads_on):
+        # A question (an FAQ's) is read with what follows it, in whatever form: alone it answers nothing.
+        answers_it = _asks(tail)
+        if nxt.kind == "heading" or not (leads_in or in_list or shows_code or reads_on or answers_it):
             break
         limit = CODE_CHARS if nxt.kind == "code" else PIECE_CHARS
         if chars + len(nxt.text) > limit and picked != [j]:
@@ -301,6 +305,10 @@ def _expand(units: list[Unit], j: int, query: str, bounds: tuple[int, int]) -> l
         picked.append(k)
         chars += len(nxt.text)
     return picked
+
+
+def _asks(unit: Unit) -> bool:
+    return unit.kind == "sentence" and unit.text.rstrip().endswith("?")
 
 
 def _join(units: list[Unit]) -> str:
@@ -316,18 +324,38 @@ def is_refusal(answer: str) -> bool:
     return answer.lstrip().startswith(NOT_IN_DOCUMENTS)
 
 
+@dataclass(frozen=True)
+class Extracted:
+    """The extractive answer, and why it is a refusal (``refusal``; "" when it answers)."""
+
+    text: str
+    refusal: str = ""
+
+
 def extractive_answer(query: str, retrieval: Retrieval, embedder: Embedder | None = None,
                       weight: Callable[[str], float] | None = None, min_support: float = 0.0,
                       max_missing: float = 1.0, rescue_sem: float = 0.0) -> str:
     """Quote the passages of the retrieved chunks that answer ``query``, each cited,
     or say what the documents do not cover (see the module doc)."""
+    return extract(query, retrieval, embedder, weight, min_support, max_missing, rescue_sem).text
+
+
+def extract(query: str, retrieval: Retrieval, embedder: Embedder | None = None,
+            weight: Callable[[str], float] | None = None, min_support: float = 0.0,
+            max_missing: float = 1.0, rescue_sem: float = 0.0) -> Extracted:
+    """:func:`extractive_answer`, with the refusal's reason apart from its text."""
     if retrieval.refused or not retrieval.hits:
-        return f"{NOT_IN_DOCUMENTS}{f' ({retrieval.reason})' if retrieval.reason else ''}"
+        why = retrieval.reason or "nothing retrieved answers it"
+        return Extracted(f"{NOT_IN_DOCUMENTS}{f' ({retrieval.reason})' if retrieval.reason else ''}", why)
     scores = score_units(query, retrieval, embedder, weight)
     verdict = judge(scores.rel, min_support, max_missing, rescue_sem)
     if not verdict.answerable:
-        return f"{NOT_IN_DOCUMENTS} ({verdict.reason})"
+        return Extracted(f"{NOT_IN_DOCUMENTS} ({verdict.reason})", verdict.reason)
+    if not scores.spans:  # only headings and bare questions: nothing that says anything
+        return Extracted(f"{NOT_IN_DOCUMENTS} (no passage in the documents answers it)",
+                         "no passage in the documents answers it")
     units, spans, total = scores.units, scores.spans, scores.total
+    passages = retrieval.passages
     order = [int(i) for i in np.argsort(-total, kind="stable")]
     best = total[order[0]]
     q_terms = set(topic_terms(query))
@@ -345,9 +373,9 @@ def extractive_answer(query: str, retrieval: Retrieval, embedder: Embedder | Non
             continue  # says nothing the passages so far did not (and is not a near-tie for the best)
         used |= set(span)
         covered |= adds
-        pieces.append((span, citation(retrieval.hits[units[span[0]].hit])))
+        pieces.append((span, citation(passages[units[span[0]].hit])))
     # The chunk of the best passage first; within a chunk, reading order.
     first_seen = {units[span[0]].hit: n for n, (span, _) in reversed(list(enumerate(pieces)))}
     pieces.sort(key=lambda p: (first_seen[units[p[0][0]].hit], units[p[0][0]].pos))
-    return "\n\n".join(_join([units[k] for k in span]) + ("\n" if units[span[-1]].kind == "code" else " ") + cite
-                       for span, cite in pieces)
+    return Extracted("\n\n".join(_join([units[k] for k in span]) + ("\n" if units[span[-1]].kind == "code" else " ")
+                                   + cite for span, cite in pieces))

@@ -82,6 +82,14 @@ class Retrieval:
     # The keyword leg's term weight (IDF) over what this caller may read: the answerer weighs
     # the query's words with it. Never fitted on hidden chunks (a side channel otherwise).
     weight: Callable[[str], float] | None = field(default=None, compare=False, repr=False)
+    # Chunks next to the hits in their documents (``Engine.with_context``): not ranked and not
+    # shown as sources, but quotable, so a fact one sentence past a chunk's edge is in reach.
+    context: list[Hit] = field(default_factory=list)
+
+    @property
+    def passages(self) -> list[Hit]:
+        """What an answer may draw on: the hits, then their neighbours."""
+        return self.hits + self.context
 
 
 # What an answer says when there is nothing to say - one wording per reason, everywhere.

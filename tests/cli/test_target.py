@@ -70,11 +70,23 @@ def test_ask_streams_the_servers_answer_with_sources(srv, cli, monkeypatch):
     assert code == 0 and out.startswith("I don't have that") and "Sources:" not in out
 
 
-def test_ask_json_has_the_local_keys(srv, cli):
+def test_ask_json_has_the_local_keys(srv, cli, tmp_path):
     code, out, _ = cli("ask", VACATION, "--target", srv.url, "--json")
     data = json.loads(out)
     assert code == 0 and {"answer", "mode", "refused", "reason", "truncated", "sources", "verification"} <= set(data)
     assert data["sources"][0]["doc"] == "leave.md" and not data["refused"] and data["mode"] == "extractive"
+    # The answerer's refusal (the gate let it through) says so in the same keys, here and locally.
+    odd = "How many vacation days does the kubernetes operator rotate?"
+    code, out, _ = cli("ask", odd, "--target", srv.url, "--json")
+    remote = json.loads(out)
+    assert code == 0 and remote["refused"] is True and remote["reason"]
+    public = tmp_path / "public"
+    public.mkdir()
+    for name in ("vpn.md", "leave.md", "deploy.md"):  # what the server's anonymous caller reads
+        (public / name).write_text((srv.corpus / name).read_text())
+    code, out, _ = cli("ask", odd, "--corpus", str(public), "--json")
+    local = json.loads(out)
+    assert code == 0 and local["refused"] is True and local["reason"] == remote["reason"]
 
 
 def test_ingest_documents_and_delete_through_the_server(srv, cli, tmp_path, monkeypatch):

@@ -60,6 +60,18 @@ def test_the_committed_qa_sets_are_well_formed():
     assert sum(i.answerable for i in hb) >= 20 and sum(not i.answerable for i in hb) >= 5
 
 
+
+@pytest.mark.parametrize("name", ["flask", "git", "postgresql", "sqlite"])
+def test_the_public_docs_sets_are_large_enough_and_name_their_pages(name):
+    """The zoo's QA sets (benchmarks/qa_report.py SETS): 60+ answerable and 20+ in-domain
+    unanswerable questions each, every answerable one naming its pages and its facts."""
+    items = load_qa(ROOT / f"benchmarks/qa/{name}.jsonl")
+    answerable = [i for i in items if i.answerable]
+    assert len(answerable) >= 60 and len(items) - len(answerable) >= 20
+    assert all(i.docs and i.facts and all(group for group in i.facts) for i in answerable)
+    assert len({i.question for i in items}) == len(items)
+
+
 @needs_models
 def test_eval_qa_on_the_handbook_reproduces_the_committed_figures(tmp_path):
     expected = json.loads((EXPECTED / "qa-handbook.json").read_text())

@@ -31,7 +31,7 @@ class Running:
     """A uvicorn server on a loopback port in a thread, with the keys it was given."""
 
     def __init__(self, tmp: Path, location: str | None = None, **overrides) -> None:
-        corpus = tmp / "corpus"
+        corpus = self.corpus = tmp / "corpus"
         corpus.mkdir(exist_ok=True)
         for name, text in HANDBOOK.items():
             (corpus / name).write_text(text)

@@ -164,6 +164,9 @@ def test_fetch_reads_within_clearance_only(srv):
 def test_answer_is_cited_and_verified(srv):
     out = http(srv, "reader", lambda c: call(c, "answer", query=VACATION))
     assert not out["refused"] and out["mode"] == "extractive"
+    assert out["reason"] == ""
+    odd = http(srv, "reader", lambda c: call(c, "answer", query="How many vacation days does the kubernetes operator rotate?"))
+    assert odd["refused"] and odd["reason"] and odd["answer"].startswith("I don't have that")  # the answerer's refusal
     assert "[source: leave.md · chunk 0]" in out["answer"] and out["sources"][0]["doc"] == "leave.md"
     v = out["verification"]
     assert v["text"] == out["answer"] and v["sentences"] and v["sentences"][0]["verdict"] == "entailed"

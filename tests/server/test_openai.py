@@ -79,6 +79,14 @@ def test_chat_completion_cites_its_sources_in_the_text_and_the_extension(srv):
     assert r.usage.total_tokens > 0
 
 
+
+def test_a_refusal_by_the_answerer_is_refused_in_the_extension(srv):
+    r = client(srv).chat.completions.create(
+        model="microrag", messages=[{"role": "user", "content": "How many vacation days does the kubernetes operator rotate?"}])
+    ext = r.model_extra["microrag"]
+    assert ext["refused"] is True and ext["reason"] and r.choices[0].message.content.startswith("I don't have that")
+
+
 def test_a_collection_model_only_draws_from_that_collection(srv):
     q = [{"role": "user", "content": "who acknowledges a page and where is the incident opened?"}]
     scoped = client(srv).chat.completions.create(model="microrag/handbook", messages=q)
@@ -190,9 +198,10 @@ def test_errors_come_in_openais_shape(srv):
 def test_chat_calls_are_audited_with_the_whole_conversation_fingerprinted(srv):
     messages = [{"role": "user", "content": "which port does the VPN use for audit check 7?"},
                 {"role": "assistant", "content": "51820."}, {"role": "user", "content": "and which protocol?"}]
-    client(srv).chat.completions.create(model="microrag", messages=messages)
+    said = client(srv).chat.completions.create(model="microrag", messages=messages).model_extra["microrag"]
     (row,) = [r for r in srv.call("GET", "/audit?limit=50", "admin").json() if "audit check 7" in r["query"]]
-    assert row["action"] == "chat" and row["principal"].startswith("rita") and row["hits"] and row["decision"] == "answered"
+    assert row["action"] == "chat" and row["principal"].startswith("rita") and row["hits"]
+    assert row["decision"] == ("refused" if said["refused"] else "answered")  # the audit says what the caller was told
     assert any(f.startswith("conversation: 3 messages (2 user), hmac-sha256:") for f in row["flags"])
 
 

@@ -85,6 +85,21 @@ def test_query_answers_with_citations(srv):
     assert ask(srv, "What is the capital of France?")["refused"]
 
 
+# Retrieved (leave.md passes the gate), but no passage answers it: the answerer refuses, not the gate.
+NO_PASSAGE = "How many vacation days does the kubernetes operator rotate?"
+
+
+def test_a_refusal_by_the_answerer_says_refused_with_its_reason_in_the_body_and_the_stream(srv):
+    out = ask(srv, NO_PASSAGE)
+    assert out["refused"] is True and out["reason"] and out["answer"].startswith("I don't have that")
+    assert out["reason"] in out["answer"]
+    assert ask(srv, "How many vacation days do employees get?")["reason"] == ""
+    with httpx.stream("POST", srv.url + "/query", json={"query": NO_PASSAGE, "stream": True}, timeout=60) as r:
+        events = [json.loads(ln[6:]) for ln in r.iter_lines() if ln.startswith("data: {")]
+    assert events[0]["refused"] is False  # the gate let it through: the sources event can only say that
+    assert events[-1]["refused"] is True and events[-1]["reason"] == out["reason"]  # the done event says the rest
+
+
 def test_query_carries_sentence_verdicts(srv):
     out = ask(srv, "How many vacation days do employees get?")
     v = out["verification"]

@@ -177,6 +177,34 @@ def test_stored_engine_equals_in_memory_engine(store, tmp_path):
         assert np.allclose([h.hybrid for h in a.hits], [h.hybrid for h in b.hits], atol=1e-6)
 
 
+def test_the_answer_context_is_the_same_neighbours_from_every_store(store, tmp_path):
+    """``Engine.with_context``: the chunks next to each hit in its document, fetched from the
+    database for a remote engine (``chunks_at``) and from memory otherwise; never a hit twice,
+    never a chunk held back for restating the question, none with ``context_chunks`` 0."""
+    from dataclasses import replace
+
+    settings = override(SEED, keyword="bm25", context_chunks=1)
+    long = " ".join(f"Step {i}: rotate the key ring and check the vault log {i}." for i in range(60))
+    corpus = write(tmp_path / "docs", {**CORPUS, "vault.md": long})
+    ingest_paths(store, [corpus], settings)
+    stored, fresh = Engine.from_store(store, settings), Engine.from_paths([corpus], settings)
+    for q in ("rotate the key ring", "vault log 42", "vpn"):
+        a, b = (e.with_context(e.retrieve(q)) for e in (stored, fresh))
+        assert [h.chunk.id for h in a.context] == [h.chunk.id for h in b.context]
+        assert [h.chunk.text for h in a.context] == [h.chunk.text for h in b.context]
+        hits = {(h.chunk.doc, h.chunk.index) for h in a.hits}
+        for h in a.context:
+            assert (h.chunk.doc, h.chunk.index) not in hits
+            assert any(d == h.chunk.doc and abs(i - h.chunk.index) == 1 for d, i in hits)
+    r = fresh.retrieve("rotate the key ring")
+    near = fresh.with_context(r).context
+    assert near, "a hit inside a 60-sentence page has neighbours"
+    held = replace(r, held=[(near[0].chunk.id, "restates the question")])
+    assert near[0].chunk.id not in {h.chunk.id for h in fresh.with_context(held).context}
+    fresh.settings = override(settings, context_chunks=0)
+    assert fresh.with_context(r).context == []
+
+
 # ---------------------------------------------------------------- property test
 
 NAMES = ["a.md", "b.md", "sub/c.md", "d.txt"]

@@ -175,6 +175,9 @@ def test_a_grounded_quote_that_does_not_answer_the_question_is_not_supported():
     assert off.grounded and off.answers is False and not off.supported
     assert "'heroku'" in off.off_question.lower() and "do not answer the question" in off.summary()
     assert off.sentences[0].on_question is False
+    # The count says the same: a grounded line about something else is not counted as support.
+    assert off.supported_sentences == 0 and off.summary().startswith("0/1 sentences supported, 1 grounded but not on")
+    assert off.to_dict()["supported_sentences"] == 0
     refused = verify(chunk, [("d#0", chunk)], nli, policy="refuse", question="How do I deploy to Heroku with a Procfile?",
                      answerability=strict)
     assert refused.text == NOT_SUPPORTED
@@ -217,6 +220,32 @@ def test_engine_flags_an_invented_sentence_from_a_real_llm_stream(llm_server, hr
 def test_refused_retrieval_is_not_verified(hr_engine):
     ans = hr_engine.ask("what is the boiling point of tungsten?", verify=True)
     assert ans.retrieval.refused and ans.verification is None
+    assert ans.refused and ans.reason == ans.retrieval.reason != ""  # one contract: the gate's refusal
+
+
+@needs_models
+def test_every_refusal_path_sets_refused_and_a_reason(hr_engine, llm_server):
+    """Gate, answerer, model and verification: whoever refuses, ``refused`` and ``reason`` say so."""
+    from microrag_engine.config import LLMConfig, override
+    from microrag_engine.types import NOT_IN_DOCUMENTS
+
+    # The answerer: retrieval finds the page, but no passage reaches a support this strict.
+    strict = override(hr_engine.settings, answer_min_support=0.99)
+    eng = type(hr_engine)(strict, hr_engine.index, hr_engine.documents)
+    ans = eng.ask("how many vacation days do I get?")
+    assert ans.refused and not ans.retrieval.refused and ans.reason and ans.text.startswith(NOT_IN_DOCUMENTS)
+    ok = hr_engine.ask("how many vacation days do I get?")
+    assert not ok.refused and ok.reason == ""
+    # The model: it said it has no answer.
+    llm_server.script(sse(delta(content=NOT_IN_DOCUMENTS)))
+    said = hr_engine.ask("how many vacation days do I get?", llm=LLMConfig(base_url=llm_server.url, backoff=0.0))
+    assert said.refused and "model" in said.reason
+    # Verification: with the refuse policy, an invented answer is refused.
+    refusing = type(hr_engine)(override(hr_engine.settings, verify_policy="refuse"), hr_engine.index, hr_engine.documents)
+    llm_server.script(sse(delta(content="Every employee gets a free company car.")))
+    checked = refusing.ask("how many vacation days do I get?", llm=LLMConfig(base_url=llm_server.url, backoff=0.0),
+                           verify=True)
+    assert checked.refused and checked.reason.startswith("verification:") and checked.text == NOT_SUPPORTED
 
 
 @needs_models

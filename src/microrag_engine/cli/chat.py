@@ -108,7 +108,7 @@ class LocalChat(Backend):
         ans = self.engine.converse(turns, self.llm, on_piece=on_piece, labels=self.labels, top_k=self.top_k, where=self.where)
         self.last = ans
         said = ans.condensed
-        return Reply(ans.text, ans.retrieval.hits, ans.retrieval.refused,
+        return Reply(ans.text, ans.retrieval.hits, ans.refused,
                      searched=said.note() if said is not None and said.how != "alone" else None)
 
     def verify(self, turns: list[Turn], last: Reply) -> dict[str, Any]:
@@ -205,7 +205,7 @@ class Session:
             print()
         if reply.searched:
             print(_dim(f"  {printable(reply.searched)}"))
-        if reply.sources and not is_refusal(reply.text):
+        if reply.sources and not reply.refused:
             n = len(reply.sources)
             print(_dim(f"  ({n} source{'s' if n != 1 else ''}: /sources; check the answer: /verify)"))
         self.turns = [*asked, Turn("assistant", reply.text)]

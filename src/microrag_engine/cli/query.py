@@ -171,8 +171,8 @@ def cmd_ask(args: argparse.Namespace) -> int:
     if unavailable:  # asked for by name on the command line: an error, not a note
         raise MicroRAGError(unavailable[0].removeprefix("verify: unavailable (").removesuffix(")"))
     if args.json:
-        json.dump({"answer": ans.text, "mode": ans.mode, "refused": ans.retrieval.refused,
-                   "reason": ans.retrieval.reason, "truncated": ans.truncated,
+        json.dump({"answer": ans.text, "mode": ans.mode, "refused": ans.refused,
+                   "reason": ans.reason, "truncated": ans.truncated,
                    "sources": [h.as_dict() for h in ans.retrieval.hits],
                    "verification": ans.verification.to_dict() if ans.verification else None},
                   sys.stdout, ensure_ascii=False, indent=1)
@@ -187,7 +187,7 @@ def cmd_ask(args: argparse.Namespace) -> int:
             print("  " + verdict_line(v))
     if ans.truncated and not args.quiet:
         diag("warning: the LLM stream dropped mid-answer; the answer above is partial")
-    if ans.retrieval.hits and not is_refusal(ans.text):  # a refusal quotes nothing: no sources to list
+    if ans.retrieval.hits and not ans.refused:  # a refusal quotes nothing: no sources to list
         print_sources(ans.retrieval.hits, sys.stdout)
     return 0
 
@@ -226,6 +226,6 @@ def _ask_remote(args: argparse.Namespace, client: Client) -> int:
         print("\n" + "\n".join(verification_lines(done.verification)))
     if any(f.startswith("budget:") for f in flags) and not args.quiet:
         diag("warning: the server cut the answer at its time budget; the answer above is partial")
-    if sources and not is_refusal(text):
+    if sources and not (done.refused if done else is_refusal(text)):
         print_sources(sources, sys.stdout)
     return 0

@@ -35,6 +35,7 @@ def register(sub: argparse._SubParsersAction) -> None:
 
 
 MARKS = {"entailed": "✓ supported   ", "neutral": "? unsupported ", "contradicted": "✗ contradicted"}
+OFF_MARK = "~ off-question"  # grounded, but not about what was asked: not counted as support
 
 
 def verdict_line(v: SentenceVerdict) -> str:
@@ -42,7 +43,8 @@ def verdict_line(v: SentenceVerdict) -> str:
     where = f" [{v.chunk}]" if v.chunk is not None else ""
     missing = f"  (not in the sources: {', '.join(v.missing)})" if v.missing else ""
     off = "  (does not address the question)" if v.on_question is False else ""
-    return f"{MARKS[v.verdict]} {v.probability:.2f}{where}  {v.sentence}{missing}{off}"
+    mark = OFF_MARK if v.verdict == "entailed" and v.on_question is False else MARKS[v.verdict]
+    return f"{mark} {v.probability:.2f}{where}  {v.sentence}{missing}{off}"
 
 
 def _read_arg(value: str, what: str) -> str:

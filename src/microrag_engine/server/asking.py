@@ -186,7 +186,7 @@ class Asking:
         if turned.settled:
             return
         turned.settled.append("done")
-        self.settle(turned, "refused" if turned.retrieval.refused else "answered", turned.flags + ans.flags, action)
+        self.settle(turned, "refused" if ans.refused else "answered", turned.flags + ans.flags, action)
 
     def _answer(self, turned: Turned) -> tuple[Answer, dict | None]:
         cfg, on = self.ctx.cfg, self.ctx.on

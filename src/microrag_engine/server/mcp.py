@@ -256,7 +256,7 @@ def build(ctx: ServerContext, caller: Caller) -> MCPServer:
                                   action="answer")
             ans, checked = asking.answer(turned, action="answer")
         r = turned.retrieval
-        return Answered(answer=ans.text, sources=_cited(turned.sources), refused=r.refused, reason=r.reason,
+        return Answered(answer=ans.text, sources=_cited(turned.sources), refused=ans.refused, reason=ans.reason,
                         mode=ans.mode, capped=r.capped, flags=turned.flags + ans.flags,
                         tools=[dict(t.__dict__) for t in ans.tools], verification=checked)
 

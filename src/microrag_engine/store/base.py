@@ -208,6 +208,11 @@ class SearchableStore(Store):
     """A store that ranks by itself (PostgreSQL): retrieval runs in the database, per request."""
 
     @abstractmethod
+    def chunks_at(self, places: list[tuple[str, int]]) -> list[Chunk]:
+        """The chunks at ``(document, chunk index)`` places, those that exist (an answer's
+        context: the neighbours of its hits)."""
+
+    @abstractmethod
     def search(self, query: str, qvec: np.ndarray, labels: list[str] | None, n: int = 100,
                ef_search: int = 200, docs: list[str] | None = None) -> tuple[list[tuple[Chunk, float, float]], float]:
         """``([(chunk, raw keyword score, raw cosine)], the query's keyword ceiling)`` over the

@@ -363,6 +363,14 @@ class PostgresStore(SearchableStore):
                    if rows else np.zeros((0, dim), dtype=np.float32))
         return Snapshot(int(meta.get("generation", 0)), meta, docs, chunks, vectors, [r[7] for r in rows])
 
+    def chunks_at(self, places: list[tuple[str, int]]) -> list[Chunk]:
+        if not places:
+            return []
+        rows = self.x('SELECT id, doc, idx, start, "end", text, page FROM chunks '
+                      "WHERE (doc, idx) IN (SELECT * FROM unnest(%s::text[], %s::int[]))",
+                      ([d for d, _ in places], [i for _, i in places]))
+        return [Chunk(r[0], r[1], r[2], r[3], r[4], r[5], r[6]) for r in rows]
+
     # ------------------------------------------------------------ writes
 
     def apply(self, updates: list[DocUpdate], deletes: list[str], meta: dict[str, str]) -> int:

@@ -110,16 +110,25 @@ class Verification:
         """Grounded, and (when a question was given) answering it."""
         return self.grounded and self.answers is not False
 
+    @property
+    def supported_sentences(self) -> int:
+        """Sentences grounded in a chunk *and* addressing the question (when one was given):
+        a grounded line about something else supports no answer, so it is not counted."""
+        return sum(s.verdict == ENTAILED and s.on_question is not False for s in self.sentences)
+
     def summary(self) -> str:
+        """The one line every front end shows (CLI, server, web page)."""
         c = self.counts
         n = len(self.sentences)
+        aside = c[ENTAILED] - self.supported_sentences
+        beside = f", {aside} grounded but not on the question" if aside else ""
         off = f"; they do not answer the question ({self.off_question})" if self.answers is False else ""
-        return (f"{c[ENTAILED]}/{n} sentences supported, {c[NEUTRAL]} unsupported, "
+        return (f"{self.supported_sentences}/{n} sentences supported{beside}, {c[NEUTRAL]} unsupported, "
                 f"{c[CONTRADICTED]} contradicted{off} (policy: {self.policy})")
 
     def to_dict(self) -> dict:
         return {"policy": self.policy, "grounded": self.grounded, "answers": self.answers,
-                "supported": self.supported, "counts": self.counts,
+                "supported": self.supported, "counts": self.counts, "supported_sentences": self.supported_sentences,
                 "summary": self.summary(), "text": self.text,
                 "sentences": [{**asdict(s), "missing": list(s.missing)} for s in self.sentences]}
 
@@ -334,7 +343,10 @@ def verify(
         claims = [strip_citations(v.sentence) or v.sentence for v in verdicts]
         rel = (relevance_of or _keyword_relevance)(question, claims, [t for _, t in chunks])
         min_support, max_missing, rescue_sem = answerability
-        verdicts = [replace(v, on_question=bool(rel.support[i] >= min_support)) for i, v in enumerate(verdicts)]
+        # A heading is structure, not a claim: it is not judged on the question (nor counted against it).
+        heads = heading_texts(answer)
+        verdicts = [replace(v, on_question=None if v.sentence in heads else bool(rel.support[i] >= min_support))
+                    for i, v in enumerate(verdicts)]
         entailed = np.array([v.verdict == ENTAILED for v in verdicts])
         said = judge(rel, min_support, max_missing, rescue_sem, entailed)
         answers, why = said.answerable, said.reason

@@ -38,6 +38,7 @@ from fastapi.responses import StreamingResponse
 from pydantic import BaseModel, ConfigDict, Field, StringConstraints
 
 from ...augment import citation_of
+from ...engine import Answer
 from ...store.base import DocFilter
 from ...types import Turn
 from ..asking import Asking, Turned, guarded
@@ -171,12 +172,11 @@ def router(ctx: ServerContext) -> APIRouter:
         return {**head, "object": "chat.completion",
                 "choices": [{"index": 0, "message": {"role": "assistant", "content": text}, "finish_reason": "stop"}],
                 "usage": _usage(" ".join(t.content for t in turns), text),
-                "microrag": _extension(turned, ans.mode, ans.flags, checked)}
+                "microrag": _extension(turned, ans, checked)}
 
-    def _extension(turned: Turned, mode: str, flags: list[str], checked: dict | None) -> dict[str, Any]:
-        r = turned.retrieval
-        return {"sources": turned.sources, "verification": checked, "refused": r.refused, "reason": r.reason,
-                "mode": mode, "flags": turned.flags + flags, "retrieval_query": guarded(turned.condensed.query),
+    def _extension(turned: Turned, ans: Answer, checked: dict | None) -> dict[str, Any]:
+        return {"sources": turned.sources, "verification": checked, "refused": ans.refused, "reason": ans.reason,
+                "mode": ans.mode, "flags": turned.flags + ans.flags, "retrieval_query": guarded(turned.condensed.query),
                 "condensed": turned.condensed.how}
 
     def _stream(turned: Turned, head: dict, cite: bool, usage: bool):
@@ -199,7 +199,7 @@ def router(ctx: ServerContext) -> APIRouter:
         for piece in re.findall(r"\s*\S+", text):
             yield chunk({"content": piece})
         asking.done(turned, ans, "chat")
-        yield chunk({}, "stop", microrag=_extension(turned, ans.mode, ans.flags, checked))
+        yield chunk({}, "stop", microrag=_extension(turned, ans, checked))
         if usage:
             event = {**head, "object": "chat.completion.chunk", "choices": [],
                      "usage": _usage(turned.question, text)}

@@ -135,7 +135,7 @@ def router(ctx: ServerContext) -> APIRouter:
             return StreamingResponse(_stream(turned), media_type="text/event-stream")
         r = turned.retrieval
         ans, checked = asking.answer(turned)
-        return {"answer": ans.text, "sources": turned.sources, "refused": r.refused, "reason": r.reason, "mode": ans.mode,
+        return {"answer": ans.text, "sources": turned.sources, "refused": ans.refused, "reason": ans.reason, "mode": ans.mode,
                 "capped": r.capped, "flags": turned.flags + ans.flags, "held": [i for i, _ in r.held],
                 "conflicts": asking.conflicts(ans), "tools": [t.__dict__ for t in ans.tools], "verification": checked}
 
@@ -159,7 +159,9 @@ def router(ctx: ServerContext) -> APIRouter:
         for piece in re.findall(r"\S+\s*", ans.text):
             yield f"data: {json.dumps({'delta': piece})}\n\n"
         asking.done(turned, ans)
-        done = {"mode": ans.mode, "flags": turned.flags + ans.flags, "conflicts": asking.conflicts(ans), "verification": checked}
+        # The sources event could only say whether the gate refused; this is the answer's own word.
+        done = {"mode": ans.mode, "refused": ans.refused, "reason": ans.reason, "flags": turned.flags + ans.flags,
+                "conflicts": asking.conflicts(ans), "verification": checked}
         yield f"event: done\ndata: {json.dumps(done)}\n\n"
         yield "data: [DONE]\n\n"
 

@@ -237,7 +237,9 @@ function renderVerification(box, v, t) {
   if (!v) return;
   box.append(el("li", { class: "sum", text: "Verification: " + v.summary }));
   for (const s of v.sentences) {
-    const [cls, label] = VERDICT[s.verdict] || ["unsup", s.verdict];
+    // grounded but not about the question: not counted as support (the summary says the same)
+    const [cls, label] = s.verdict === "entailed" && s.on_question === false ? ["unsup", "~ off the question"]
+                       : VERDICT[s.verdict] || ["unsup", s.verdict];
     const code = /^\s*(```|~~~)/.test(s.sentence);
     const n = s.sentence.split("\n").length - 2;
     const said = code ? el("details", {}, el("summary", { text: `code block (${n} line${n === 1 ? "" : "s"})` }),
