@@ -133,3 +133,27 @@ def test_a_neighbour_chunk_in_the_context_is_quoted_with_its_own_citation():
     assert "64" not in extractive_answer(q, Retrieval(q, hits))
     ans = extractive_answer(q, Retrieval(q, hits, context=near))
     assert "64" in ans and "[source: limits.md · chunk 1]" in ans
+
+
+def test_the_shipped_selector_reads_the_features_the_answerer_computes_and_never_saw_a_test_set():
+    import json
+    from importlib.resources import files
+
+    from microrag_engine.generate import FEATURES, selector
+
+    model = selector()
+    assert model is not None and model[0].shape == (len(FEATURES),)
+    meta = json.loads((files("microrag_engine") / "models" / "selector" / "weights.json").read_text())
+    assert set(meta["trained_on"]) <= {"handbook", "python-docs", "flask", "git"}  # the dev sets only
+    assert not {"postgresql", "sqlite"} & set(meta["trained_on"])
+
+
+
+def test_the_selector_scores_every_candidate_as_odds_against_the_best():
+    from microrag_engine.generate import FEATURES, score_units
+
+    r = retrieval("how many vacation days do I get?", LEAVE)
+    learned, hand = score_units(r.query, r, learned=True), score_units(r.query, r)
+    assert learned.features.shape == (len(learned.spans), len(FEATURES))
+    assert learned.total.max() == pytest.approx(1.0) and (learned.total > 0).all()
+    assert np.array_equal(learned.features, hand.features) and not np.allclose(learned.total, hand.total)

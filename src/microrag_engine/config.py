@@ -92,6 +92,9 @@ class Settings:
     # chunks each side of a hit, in its document, that an answer may quote from (small-to-big):
     # a fact one sentence past a chunk's edge is in reach. 0: the hits alone.
     context_chunks: int = 1
+    # which passage to quote: the trained selector (models/selector, training/build_selector.py)
+    # or the hand-set score (support plus small priors)
+    answer_selector: bool = True
     # step 6 - verify answers (NLI): "shipped", "llm", or a model folder
     nli: str = "shipped"
     verify_policy: str = "flag"  # flag | drop | refuse unsupported sentences
@@ -169,6 +172,7 @@ PRESETS: dict[str, Settings] = {
         hold_mimics=False,  # the seed answers from what it retrieved, as written
         conflicts=False,
         context_chunks=0,  # and from its hits alone
+        answer_selector=False,  # with the hand-set score
     ),
 }
 

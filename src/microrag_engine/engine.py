@@ -513,7 +513,7 @@ class Engine:
             s = self.settings
             asked = retrieval.query if history else query
             said = extract(asked, retrieval, self.index.embedder, retrieval.weight, s.answer_min_support,
-                           s.answer_max_missing, s.answer_rescue_sem)
+                           s.answer_max_missing, s.answer_rescue_sem, s.answer_selector)
             if on_piece:
                 on_piece(said.text)
             ans = Answer(said.text, "extractive", retrieval, flags=list(notes), refused=bool(said.refusal),

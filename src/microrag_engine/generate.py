@@ -53,6 +53,9 @@ LABEL_CHARS = 200  # a label line (signature, term) is at most this long
 PARA_CHARS = 400  # the anchor's paragraph is read on up to here: the sentences after it qualify it
 NEARLY = 0.7  # another passage must score at least this share of the best one...
 TIED = 0.93  # ...and cover a query term the others do not, unless it is this close to the best
+# The same two rules on the selector's odds against the best passage (its scale is not the
+# hand-set score's: a 0.7 share of support is a much wider margin than odds of 0.7).
+NEARLY_ODDS, TIED_ODDS = 0.15, 0.5  # chosen on the QA dev sets (training/build_selector.py)
 
 # A unit that starts by pointing back needs the sentence before it to be read.
 _REFERS_BACK = re.compile(r"^(?:it|this|these|that|those|they|such|here|otherwise|however|then|also|"
@@ -195,11 +198,68 @@ class Scores:
     units: list[Unit]
     spans: list[list[int]]  # unit indices of each candidate passage, in reading order
     rel: Relevance  # per passage
-    total: np.ndarray  # per passage: support plus small priors (chunk rank, a figure when one is asked for)
+    total: np.ndarray  # per passage: the selector's score, else support plus small priors (see score_units)
+    features: np.ndarray  # per passage: what the selector reads (FEATURES)
+
+
+# What the answer selector reads of a candidate passage: the two legs as the answerer
+# measures them, their share of the best candidate's, where the passage sits and what it
+# is. One row per passage; training/build_selector.py fits weights over the same rows.
+FEATURES = ("lex", "sem", "embedded", "lex_of_best", "sem_of_best", "rank_prior", "context", "code", "item", "row",
+            "chars", "units", "position", "figure", "own_lex", "names", "asks_name", "names_asked", "how_code")
+
+# A name a reader types: an option, a dotted or snake_case identifier, a call, code in backticks.
+_NAME = re.compile(r"(?:^|\s)--?[A-Za-z][\w-]*|\b\w+\.\w+|\b[a-z]+_\w+|\b\w+\(|`[^`\n]+`|\b[A-Z][A-Z0-9]*_[A-Z0-9_]+\b")
+# A question whose answer is such a name (or a recipe that shows one).
+_ASKS_NAME = re.compile(r"\b(?:which|what)\b.*\b(?:option|flag|switch|setting|variable|function|method|command|config\w*|"
+                        r"parameter|argument|key|class|hook|attribute|field|decorator|module|signal|header|directive|"
+                        r"pragma|name)s?\b", re.I)
+
+
+def passage_features(query: str, units: list[Unit], spans: list[list[int]], texts: list[str], rel: Relevance,
+                     embedded: Sequence[int], n_hits: int, own: np.ndarray | None = None) -> np.ndarray:
+    """The ``FEATURES`` row of every candidate passage."""
+    x = np.zeros((len(spans), len(FEATURES)), dtype=np.float32)
+    if not spans:
+        return x
+    per_chunk: dict[int, int] = {}
+    for u in units:
+        per_chunk[u.hit] = max(per_chunk.get(u.hit, 0), u.pos + 1)
+    wants = bool(_WANTS_NUMBER.search(query))
+    asks_name, how = bool(_ASKS_NAME.search(query)), bool(_HOW.match(query))
+    own = rel.lex if own is None else own
+    top_lex, top_sem = max(float(rel.lex.max()), 1e-6), max(float(rel.sem.max()), 1e-6)
+    on = np.zeros(len(spans), dtype=bool)
+    on[list(embedded)] = True
+    for i, (span, text) in enumerate(zip(spans, texts)):
+        u = units[span[0]]
+        x[i] = (rel.lex[i], rel.sem[i], on[i], rel.lex[i] / top_lex, rel.sem[i] / top_sem,
+                1.0 / (1 + u.hit) if u.hit < n_hits else 0.0, u.hit >= n_hits,
+                u.kind == "code", u.kind == "item", u.kind == "row", np.log1p(len(text)) / 7.0, len(span) / 4.0,
+                u.pos / per_chunk[u.hit], wants and bool(_HAS_NUMBER.search(text)), own[i],
+                names := min(len(_NAME.findall(text)), 4) / 4.0, asks_name, asks_name * names,
+                how * (names > 0 or u.kind == "code"))
+    return x
+
+
+@lru_cache(maxsize=1)
+def selector() -> tuple[np.ndarray, dict] | None:
+    """The shipped answer selector's weights (``models/selector/weights.json``), or None."""
+    import json
+    from importlib.resources import files
+
+    try:
+        meta = json.loads((files("microrag_engine") / "models" / "selector" / "weights.json").read_text(encoding="utf-8"))
+    except (OSError, ValueError):
+        return None
+    if tuple(meta.get("features", ())) != FEATURES:  # weights for other features: not these
+        log.warning("the answer selector's weights do not match its features; scoring without it")
+        return None
+    return np.array(meta["weights"], dtype=np.float32), meta
 
 
 def score_units(query: str, retrieval: Retrieval, embedder: Embedder | None = None,
-                weight: Callable[[str], float] | None = None) -> Scores:
+                weight: Callable[[str], float] | None = None, learned: bool = False) -> Scores:
     """Score every candidate passage of the retrieved chunks against ``query``.
 
     A passage is scored whole, not by its anchor unit alone: a signature is judged with
@@ -231,10 +291,21 @@ def score_units(query: str, retrieval: Retrieval, embedder: Embedder | None = No
     shown = [f"{units[span[0]].context.strip()}: {t}" for span, t in zip(spans, texts)]
     sem = relevance(query, shown, (), embedder, embed=chosen).sem if embedder is not None else np.zeros(len(spans))
     rel = Relevance(kw.lex, sem, kw.missing, kw.missing_share)
-    total = rel.support + RANK_PRIOR * np.array([1.0 / (1 + units[span[0]].hit) for span in spans])
-    if _WANTS_NUMBER.search(query):
-        total += 0.05 * np.array([bool(_HAS_NUMBER.search(t)) for t in texts])
-    return Scores(units, spans, rel, total)
+    own = relevance(query, texts, (), None, weight, common=common).lex  # its own words only, no heading credit
+    features = passage_features(query, units, spans, texts, rel, chosen if embedder is not None else [],
+                                len(retrieval.hits), own)
+    model = selector() if learned else None
+    if model is not None:
+        # Which passage answers, as learned (training/build_selector.py): a softmax over the
+        # candidates, each scored by its odds against the best (1.0), so NEARLY_ODDS and
+        # TIED_ODDS read as "this much as likely to be the answer".
+        logit = features @ model[0]
+        total = np.exp(logit - logit.max())
+    else:
+        total = rel.support + RANK_PRIOR * np.array([1.0 / (1 + units[span[0]].hit) for span in spans])
+        if _WANTS_NUMBER.search(query):
+            total += 0.05 * np.array([bool(_HAS_NUMBER.search(t)) for t in texts])
+    return Scores(units, spans, rel, total, features)
 
 
 @dataclass(frozen=True)
@@ -334,20 +405,21 @@ class Extracted:
 
 def extractive_answer(query: str, retrieval: Retrieval, embedder: Embedder | None = None,
                       weight: Callable[[str], float] | None = None, min_support: float = 0.0,
-                      max_missing: float = 1.0, rescue_sem: float = 0.0) -> str:
+                      max_missing: float = 1.0, rescue_sem: float = 0.0, learned: bool = False) -> str:
     """Quote the passages of the retrieved chunks that answer ``query``, each cited,
-    or say what the documents do not cover (see the module doc)."""
-    return extract(query, retrieval, embedder, weight, min_support, max_missing, rescue_sem).text
+    or say what the documents do not cover (see the module doc). ``learned``: pick the
+    passages with the trained selector, not the hand-set score."""
+    return extract(query, retrieval, embedder, weight, min_support, max_missing, rescue_sem, learned).text
 
 
 def extract(query: str, retrieval: Retrieval, embedder: Embedder | None = None,
             weight: Callable[[str], float] | None = None, min_support: float = 0.0,
-            max_missing: float = 1.0, rescue_sem: float = 0.0) -> Extracted:
+            max_missing: float = 1.0, rescue_sem: float = 0.0, learned: bool = False) -> Extracted:
     """:func:`extractive_answer`, with the refusal's reason apart from its text."""
     if retrieval.refused or not retrieval.hits:
         why = retrieval.reason or "nothing retrieved answers it"
         return Extracted(f"{NOT_IN_DOCUMENTS}{f' ({retrieval.reason})' if retrieval.reason else ''}", why)
-    scores = score_units(query, retrieval, embedder, weight)
+    scores = score_units(query, retrieval, embedder, weight, learned)
     verdict = judge(scores.rel, min_support, max_missing, rescue_sem)
     if not verdict.answerable:
         return Extracted(f"{NOT_IN_DOCUMENTS} ({verdict.reason})", verdict.reason)
@@ -358,18 +430,19 @@ def extract(query: str, retrieval: Retrieval, embedder: Embedder | None = None,
     passages = retrieval.passages
     order = [int(i) for i in np.argsort(-total, kind="stable")]
     best = total[order[0]]
+    nearly, tied = (NEARLY_ODDS, TIED_ODDS) if learned and selector() is not None else (NEARLY, TIED)
     q_terms = set(topic_terms(query))
     covered: set[str] = set()
     used: set[int] = set()
     pieces: list[tuple[list[int], str]] = []
     for i in order:
-        if len(pieces) == MAX_PIECES or total[i] < NEARLY * best:
+        if len(pieces) == MAX_PIECES or total[i] < nearly * best:
             break
         span = spans[i]
         if used & set(span):
             continue
         adds = (q_terms & set(bm25_tokens(" ".join(units[k].text for k in span)))) - covered
-        if pieces and not adds and total[i] < TIED * best:
+        if pieces and not adds and total[i] < tied * best:
             continue  # says nothing the passages so far did not (and is not a near-tie for the best)
         used |= set(span)
         covered |= adds
