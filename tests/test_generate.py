@@ -142,11 +142,10 @@ def test_the_shipped_selector_reads_the_features_the_answerer_computes_and_never
     from microrag_engine.generate import FEATURES, selector
 
     model = selector()
-    assert model is not None and model[0].shape == (len(FEATURES),)
+    assert model is not None and model.shape == (len(FEATURES),)
     meta = json.loads((files("microrag_engine") / "models" / "selector" / "weights.json").read_text())
     assert set(meta["trained_on"]) <= {"handbook", "python-docs", "flask", "git"}  # the dev sets only
     assert not {"postgresql", "sqlite"} & set(meta["trained_on"])
-
 
 
 def test_the_selector_scores_every_candidate_as_odds_against_the_best():
@@ -157,3 +156,16 @@ def test_the_selector_scores_every_candidate_as_odds_against_the_best():
     assert learned.features.shape == (len(learned.spans), len(FEATURES))
     assert learned.total.max() == pytest.approx(1.0) and (learned.total > 0).all()
     assert np.array_equal(learned.features, hand.features) and not np.allclose(learned.total, hand.total)
+
+
+@pytest.mark.parametrize("learned", [False, True])
+def test_only_headings_and_bare_questions_are_a_refusal_not_a_crash(learned):
+    for text in ("## Widget configuration", "How do I configure X?", "# FAQ\n\nIs this a bug?"):
+        ans = extractive_answer("how do I configure the widget?", retrieval("q", text), learned=learned)
+        assert ans.startswith(NOT_IN_DOCUMENTS)
+
+
+def test_a_statement_followed_by_a_question_is_quoted_without_the_question():
+    text = "# Widgets\n\nThe widget is configured in widget.toml. Why does that matter?"
+    ans = extractive_answer("where is the widget configured?", retrieval("q", text))
+    assert "widget.toml" in ans and "Why does that matter?" not in ans

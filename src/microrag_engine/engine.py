@@ -24,7 +24,7 @@ from .augment import build_messages
 from .chunk import chunk_documents
 from .config import LLMConfig, Settings, override
 from .errors import ConfigError, CorpusError, MicroRAGError
-from .generate import Relevance, extract, is_refusal, relevance
+from .generate import Relevance, extract, relevance
 from .index import Index, build_index
 from .index.ann import HNSW, faiss_available
 from .index.embed import make_embedder
@@ -40,7 +40,7 @@ from .runtime.llm import ChatStream
 from .store.base import DocFilter, DocRecord, SearchableStore, Store
 from .text import bm25_fingerprint
 from .tools import FileTool, ToolResult
-from .types import NOT_SUPPORTED, Chunk, Document, Hit, Retrieval, Turn
+from .types import NOT_IN_DOCUMENTS, NOT_SUPPORTED, Chunk, Document, Hit, Retrieval, Turn
 from .verify import Verification, verify_with
 from .verify.conflict import Conflict, conflict_answer, find_conflicts
 from .verify.nli import NLIModel, load_nli
@@ -307,12 +307,13 @@ class Engine:
         settings = self.settings if top_k is None else override(self.settings, top_k=top_k)
         if safeguards is None:
             safeguards = settings.safeguards_on_retrieve
+        labels = tuple(labels) if labels is not None else None
         result = self._ranked(query, settings, safeguards, labels, scoped, where)
         if safeguards and settings.hold_mimics and any(restated_question(query, h.chunk.text) for h in result.hits):
             # Ranked again deeper, so the passages held back leave room for others (rare: only then).
             deep = self._ranked(query, override(settings, top_k=settings.top_k + MIMIC_DEPTH), True, labels, scoped, where)
-            return hold_restating(deep, settings.top_k)
-        return result
+            result = hold_restating(deep, settings.top_k)
+        return replace(result, labels=labels)
 
     def _ranked(self, query: str, settings: Settings, safeguards: bool, labels: Iterable[str] | None, scoped: bool,
                 where: DocFilter | None) -> Retrieval:
@@ -522,7 +523,9 @@ class Engine:
             stream = ChatStream(llm, build_messages(query, retrieval.passages, spotlight=spotlight, history=history),
                                 deadline=deadline)
             ans = Answer("".join(_tee(stream, on_piece)), "llm", retrieval, truncated=stream.truncated, flags=list(notes))
-            if is_refusal(ans.text):
+            # Only the sentence itself, as the prompt asks: a reply that opens with it and goes on
+            # says something, and is verified like any other.
+            if ans.text.strip().strip('"').strip() == NOT_IN_DOCUMENTS:
                 ans.refused, ans.reason = True, "the model found no answer in the passages"
             if stream.truncated and over():
                 ans.flags.append("budget: the answer was cut at the request's time budget")
@@ -550,14 +553,16 @@ class Engine:
 
     def with_context(self, retrieval: Retrieval) -> Retrieval:
         """``retrieval`` with the ``context_chunks`` neighbours of each hit in its document
-        (``Retrieval.context``): what the answer may also quote. Never a chunk the ranking
-        held back for restating the question (a planted passage stays out), nor a hit twice.
-        The neighbours are of the hits' own documents, so of labels the caller may read."""
+        (``Retrieval.context``): what the answer may also quote. Under the retrieval's own
+        clearance (``Retrieval.labels``; labels as stored now on a database), and never a
+        chunk the ranking kept out: one held back or pushed out by the diversity cap, or one
+        that restates the question when mimics are held (a planted passage next to a hit
+        stays out as it would have as a hit)."""
         n = self.settings.context_chunks
         if n == 0 or retrieval.refused or not retrieval.hits or retrieval.context:
             return retrieval
         have = {(h.chunk.doc, h.chunk.index) for h in retrieval.hits}
-        held = {i for i, _ in retrieval.held}
+        kept_out = {i for i, _ in retrieval.held} | set(retrieval.capped)
         want: dict[tuple[str, int], None] = {}
         for h in retrieval.hits:
             for d in range(1, n + 1):
@@ -565,8 +570,14 @@ class Engine:
                     if i >= 0 and (h.chunk.doc, i) not in have:
                         want[(h.chunk.doc, i)] = None
         places = list(want)
-        found = self.store.chunks_at(places) if self.store is not None else self.index.chunks.at(places)
-        by_place = {(c.doc, c.index): c for c in found if c.id not in held}
+        if self.store is not None:
+            found = self.store.chunks_at(places, self._visible_labels(retrieval.labels))
+        else:
+            readable = self.mask(retrieval.labels)
+            found = [self.index.chunks[r] for r in self.index.chunks.rows_at(places) if readable is None or readable[r]]
+        mimics = self.settings.hold_mimics
+        by_place = {(c.doc, c.index): c for c in found
+                    if c.id not in kept_out and not (mimics and restated_question(retrieval.query, c.text))}
         context = [Hit(by_place[p], 0.0, 0.0, 0.0, 0.0, 0.0) for p in places if p in by_place]
         return replace(retrieval, context=context)
 

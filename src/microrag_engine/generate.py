@@ -25,11 +25,13 @@ This module does not retrieve; it answers from what it is given.
 
 from __future__ import annotations
 
+import json
 import logging
 import re
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from functools import lru_cache
+from importlib.resources import files
 
 import numpy as np
 
@@ -206,7 +208,7 @@ class Scores:
 # measures them, their share of the best candidate's, where the passage sits and what it
 # is. One row per passage; training/build_selector.py fits weights over the same rows.
 FEATURES = ("lex", "sem", "embedded", "lex_of_best", "sem_of_best", "rank_prior", "context", "code", "item", "row",
-            "chars", "units", "position", "figure", "own_lex", "names", "asks_name", "names_asked", "how_code")
+            "chars", "units", "position", "figure", "own_lex", "names", "names_asked", "how_code")
 
 # A name a reader types: an option, a dotted or snake_case identifier, a call, code in backticks.
 _NAME = re.compile(r"(?:^|\s)--?[A-Za-z][\w-]*|\b\w+\.\w+|\b[a-z]+_\w+|\b\w+\(|`[^`\n]+`|\b[A-Z][A-Z0-9]*_[A-Z0-9_]+\b")
@@ -233,21 +235,24 @@ def passage_features(query: str, units: list[Unit], spans: list[list[int]], text
     on[list(embedded)] = True
     for i, (span, text) in enumerate(zip(spans, texts)):
         u = units[span[0]]
-        x[i] = (rel.lex[i], rel.sem[i], on[i], rel.lex[i] / top_lex, rel.sem[i] / top_sem,
-                1.0 / (1 + u.hit) if u.hit < n_hits else 0.0, u.hit >= n_hits,
-                u.kind == "code", u.kind == "item", u.kind == "row", np.log1p(len(text)) / 7.0, len(span) / 4.0,
-                u.pos / per_chunk[u.hit], wants and bool(_HAS_NUMBER.search(text)), own[i],
-                names := min(len(_NAME.findall(text)), 4) / 4.0, asks_name, asks_name * names,
-                how * (names > 0 or u.kind == "code"))
+        names = min(len(_NAME.findall(text)), 4) / 4.0
+        row = {
+            "lex": rel.lex[i], "sem": rel.sem[i], "embedded": on[i],
+            "lex_of_best": rel.lex[i] / top_lex, "sem_of_best": rel.sem[i] / top_sem,
+            "rank_prior": 1.0 / (1 + u.hit) if u.hit < n_hits else 0.0, "context": u.hit >= n_hits,
+            "code": u.kind == "code", "item": u.kind == "item", "row": u.kind == "row",
+            "chars": np.log1p(len(text)) / 7.0, "units": len(span) / 4.0, "position": u.pos / per_chunk[u.hit],
+            "figure": wants and bool(_HAS_NUMBER.search(text)), "own_lex": own[i], "names": names,
+            "names_asked": asks_name * names, "how_code": how and (names > 0 or u.kind == "code"),
+        }
+        x[i] = [row[f] for f in FEATURES]
     return x
 
 
 @lru_cache(maxsize=1)
-def selector() -> tuple[np.ndarray, dict] | None:
-    """The shipped answer selector's weights (``models/selector/weights.json``), or None."""
-    import json
-    from importlib.resources import files
-
+def selector() -> np.ndarray | None:
+    """The shipped answer selector's weights (``models/selector/weights.json``, one per
+    ``FEATURES`` entry), or None when they are missing or were fitted on other features."""
     try:
         meta = json.loads((files("microrag_engine") / "models" / "selector" / "weights.json").read_text(encoding="utf-8"))
     except (OSError, ValueError):
@@ -255,7 +260,7 @@ def selector() -> tuple[np.ndarray, dict] | None:
     if tuple(meta.get("features", ())) != FEATURES:  # weights for other features: not these
         log.warning("the answer selector's weights do not match its features; scoring without it")
         return None
-    return np.array(meta["weights"], dtype=np.float32), meta
+    return np.array(meta["weights"], dtype=np.float32)
 
 
 def score_units(query: str, retrieval: Retrieval, embedder: Embedder | None = None,
@@ -275,8 +280,10 @@ def score_units(query: str, retrieval: Retrieval, embedder: Embedder | None = No
         if u.kind == "heading":
             continue
         span = _expand(units, j, query, bounds[u.hit])
-        if _asks(units[span[-1]]):
-            continue  # ends on a question with nothing after it in its chunk: never offered as the answer
+        while span and _asks(units[span[-1]]):
+            span = span[:-1]  # a question with nothing after it in its chunk answers nothing: not quoted
+        if not span:
+            continue
         if tuple(span) not in seen:
             seen.add(tuple(span))
             spans.append(span)
@@ -294,12 +301,12 @@ def score_units(query: str, retrieval: Retrieval, embedder: Embedder | None = No
     own = relevance(query, texts, (), None, weight, common=common).lex  # its own words only, no heading credit
     features = passage_features(query, units, spans, texts, rel, chosen if embedder is not None else [],
                                 len(retrieval.hits), own)
-    model = selector() if learned else None
+    model = selector() if learned and spans else None
     if model is not None:
         # Which passage answers, as learned (training/build_selector.py): a softmax over the
         # candidates, each scored by its odds against the best (1.0), so NEARLY_ODDS and
         # TIED_ODDS read as "this much as likely to be the answer".
-        logit = features @ model[0]
+        logit = features @ model
         total = np.exp(logit - logit.max())
     else:
         total = rel.support + RANK_PRIOR * np.array([1.0 / (1 + units[span[0]].hit) for span in spans])

@@ -85,6 +85,9 @@ class Retrieval:
     # Chunks next to the hits in their documents (``Engine.with_context``): not ranked and not
     # shown as sources, but quotable, so a fact one sentence past a chunk's edge is in reach.
     context: list[Hit] = field(default_factory=list)
+    # The labels the caller's retrieval could read (None: every unreserved one): the context
+    # is fetched under the same clearance.
+    labels: tuple[str, ...] | None = None
 
     @property
     def passages(self) -> list[Hit]:

@@ -178,6 +178,12 @@ def test_a_grounded_quote_that_does_not_answer_the_question_is_not_supported():
     # The count says the same: a grounded line about something else is not counted as support.
     assert off.supported_sentences == 0 and off.summary().startswith("0/1 sentences supported, 1 grounded but not on")
     assert off.to_dict()["supported_sentences"] == 0
+    # A heading copied from the source is structure: not a claim, not counted, and it cannot
+    # make an off-question answer "answer" the question.
+    nli2 = Scripted({(chunk, chunk): (0.97, 0.02, 0.01), (chunk, "Deploys"): (0.97, 0.02, 0.01)})
+    headed = verify("## Deploys\n\n" + chunk, [("d#0", "# Deploys\n\n" + chunk)], nli2,
+                    question="How do I deploy to Heroku with a Procfile?", answerability=strict)
+    assert headed.answers is False and headed.summary().startswith("0/1 sentences supported")
     refused = verify(chunk, [("d#0", chunk)], nli, policy="refuse", question="How do I deploy to Heroku with a Procfile?",
                      answerability=strict)
     assert refused.text == NOT_SUPPORTED
@@ -240,6 +246,11 @@ def test_every_refusal_path_sets_refused_and_a_reason(hr_engine, llm_server):
     llm_server.script(sse(delta(content=NOT_IN_DOCUMENTS)))
     said = hr_engine.ask("how many vacation days do I get?", llm=LLMConfig(base_url=llm_server.url, backoff=0.0))
     assert said.refused and "model" in said.reason
+    # ...but a reply that opens with the sentence and goes on says something: verified as any other.
+    llm_server.script(sse(delta(content=NOT_IN_DOCUMENTS + " However, every employee gets a free company car.")))
+    more = hr_engine.ask("how many vacation days do I get?", llm=LLMConfig(base_url=llm_server.url, backoff=0.0),
+                         verify=True)
+    assert not more.refused and more.verification is not None and not more.verification.supported
     # Verification: with the refuse policy, an invented answer is refused.
     refusing = type(hr_engine)(override(hr_engine.settings, verify_policy="refuse"), hr_engine.index, hr_engine.documents)
     llm_server.script(sse(delta(content="Every employee gets a free company car.")))

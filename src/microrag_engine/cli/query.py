@@ -226,6 +226,6 @@ def _ask_remote(args: argparse.Namespace, client: Client) -> int:
         print("\n" + "\n".join(verification_lines(done.verification)))
     if any(f.startswith("budget:") for f in flags) and not args.quiet:
         diag("warning: the server cut the answer at its time budget; the answer above is partial")
-    if sources and not (done.refused if done else is_refusal(text)):
+    if sources and not ((done is not None and done.refused) or is_refusal(text)):
         print_sources(sources, sys.stdout)
     return 0

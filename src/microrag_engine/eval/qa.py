@@ -202,6 +202,8 @@ def answer_signals(engine: Engine, items: list[QAItem], top_k: int = 4) -> list[
         if retrieval.refused or not retrieval.hits:
             out.append(Signals(True))
             continue
+        # The candidates the answerer sees: the hits and their neighbours (Engine.answer adds them).
+        retrieval = engine.with_context(retrieval)
         scores = score_units(item.question, retrieval, engine.index.embedder, retrieval.weight)
         out.append(Signals(False, scores.rel) if scores.spans else Signals(True))
     return out

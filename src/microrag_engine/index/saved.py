@@ -43,6 +43,7 @@ class ChunkTable(Sequence[Chunk]):
         self.doc_names, self.doc_of, self.spans = doc_names, doc_of, spans
         self._text = text
         self._chunks = chunks
+        self._codes: dict[str, int] | None = None  # document name -> its number, made on first use
 
     @classmethod
     def from_chunks(cls, chunks: Sequence[Chunk]) -> ChunkTable:
@@ -109,16 +110,16 @@ class ChunkTable(Sequence[Chunk]):
     def texts(self) -> list[str]:
         return [self._text(i) for i in range(len(self))]
 
-    def at(self, places: Sequence[tuple[str, int]]) -> list[Chunk]:
-        """The chunks at ``(document, chunk index)`` places, those that exist; one pass over
-        the document column (an answer's context: the neighbours of its hits)."""
-        names = {n: c for c, n in enumerate(self.doc_names)}
-        wanted = {(names[d], i) for d, i in places if d in names}
+    def rows_at(self, places: Sequence[tuple[str, int]]) -> list[int]:
+        """The rows of the chunks at ``(document, chunk index)`` places, those that exist; one
+        pass over the document column (an answer's context: the neighbours of its hits)."""
+        if self._codes is None:  # the table never changes (``updated`` makes another): name once
+            self._codes = {n: c for c, n in enumerate(self.doc_names)}
+        wanted = {(self._codes[d], i) for d, i in places if d in self._codes}
         if not wanted:
             return []
         rows = np.flatnonzero(np.isin(self.doc_of, np.array(sorted({c for c, _ in wanted}), dtype=np.int32)))
-        hits = [int(r) for r in rows if (int(self.doc_of[r]), int(self.spans[r, 0])) in wanted]
-        return [self[r] for r in hits]
+        return [int(r) for r in rows if (int(self.doc_of[r]), int(self.spans[r, 0])) in wanted]
 
     def texts_by_doc(self, docs: Sequence[str]) -> dict[str, str]:
         """The chunks of each of ``docs`` joined by blank lines, in chunk order."""

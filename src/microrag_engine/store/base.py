@@ -208,9 +208,10 @@ class SearchableStore(Store):
     """A store that ranks by itself (PostgreSQL): retrieval runs in the database, per request."""
 
     @abstractmethod
-    def chunks_at(self, places: list[tuple[str, int]]) -> list[Chunk]:
-        """The chunks at ``(document, chunk index)`` places, those that exist (an answer's
-        context: the neighbours of its hits)."""
+    def chunks_at(self, places: list[tuple[str, int]], labels: list[str] | None) -> list[Chunk]:
+        """The chunks at ``(document, chunk index)`` places, those that exist and are labelled
+        ``labels`` (every unreserved label when ``None``; a reserved one never), as stored now:
+        an answer's context, the neighbours of its hits."""
 
     @abstractmethod
     def search(self, query: str, qvec: np.ndarray, labels: list[str] | None, n: int = 100,

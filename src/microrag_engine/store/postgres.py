@@ -363,12 +363,15 @@ class PostgresStore(SearchableStore):
                    if rows else np.zeros((0, dim), dtype=np.float32))
         return Snapshot(int(meta.get("generation", 0)), meta, docs, chunks, vectors, [r[7] for r in rows])
 
-    def chunks_at(self, places: list[tuple[str, int]]) -> list[Chunk]:
+    def chunks_at(self, places: list[tuple[str, int]], labels: list[str] | None) -> list[Chunk]:
         if not places:
             return []
+        # Labels as stored now, not as the search saw them: a re-upload waiting for review
+        # (``_quarantine``) or a relabel may have landed between the two queries.
         rows = self.x('SELECT id, doc, idx, start, "end", text, page FROM chunks '
-                      "WHERE (doc, idx) IN (SELECT * FROM unnest(%s::text[], %s::int[]))",
-                      ([d for d, _ in places], [i for _, i in places]))
+                      "WHERE (doc, idx) IN (SELECT * FROM unnest(%s::text[], %s::int[])) AND left(label, 1) <> '_' "
+                      "AND (%s::text[] IS NULL OR label = ANY(%s::text[]))",
+                      ([d for d, _ in places], [i for _, i in places], labels, labels))
         return [Chunk(r[0], r[1], r[2], r[3], r[4], r[5], r[6]) for r in rows]
 
     # ------------------------------------------------------------ writes

@@ -111,15 +111,23 @@ class Verification:
         return self.grounded and self.answers is not False
 
     @property
+    def claims(self) -> tuple[SentenceVerdict, ...]:
+        """The sentences that say something: with a question, headings (never judged on it) are
+        structure and left out of the count."""
+        if self.answers is None:
+            return self.sentences
+        return tuple(s for s in self.sentences if s.on_question is not None)
+
+    @property
     def supported_sentences(self) -> int:
-        """Sentences grounded in a chunk *and* addressing the question (when one was given):
-        a grounded line about something else supports no answer, so it is not counted."""
-        return sum(s.verdict == ENTAILED and s.on_question is not False for s in self.sentences)
+        """Claims grounded in a chunk *and* addressing the question (when one was given): a
+        grounded line about something else supports no answer, so it is not counted."""
+        return sum(s.verdict == ENTAILED and s.on_question is not False for s in self.claims)
 
     def summary(self) -> str:
         """The one line every front end shows (CLI, server, web page)."""
         c = self.counts
-        n = len(self.sentences)
+        n = len(self.claims)
         aside = c[ENTAILED] - self.supported_sentences
         beside = f", {aside} grounded but not on the question" if aside else ""
         off = f"; they do not answer the question ({self.off_question})" if self.answers is False else ""
@@ -347,7 +355,8 @@ def verify(
         heads = heading_texts(answer)
         verdicts = [replace(v, on_question=None if v.sentence in heads else bool(rel.support[i] >= min_support))
                     for i, v in enumerate(verdicts)]
-        entailed = np.array([v.verdict == ENTAILED for v in verdicts])
+        # What answers is what the claims say: a heading copied from a source answers nothing.
+        entailed = np.array([v.verdict == ENTAILED and v.sentence not in heads for v in verdicts])
         said = judge(rel, min_support, max_missing, rescue_sem, entailed)
         answers, why = said.answerable, said.reason
     return Verification(tuple(verdicts), policy, apply_policy(answer, verdicts, policy, answers), answers, why)

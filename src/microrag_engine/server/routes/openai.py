@@ -118,9 +118,9 @@ def _usage(prompt: str, completion: str) -> dict[str, int]:
     return {"prompt_tokens": p, "completion_tokens": c, "total_tokens": p + c}
 
 
-def citations_block(turned: Turned) -> str:
-    """The answer's sources as a block any chat client can show (none for a refusal)."""
-    if turned.retrieval.refused or not turned.retrieval.hits:
+def citations_block(turned: Turned, ans: Answer) -> str:
+    """The answer's sources as a block any chat client can show (none for a refusal, whoever refused)."""
+    if ans.refused or not turned.retrieval.hits:
         return ""
     lines = [f"[{i}] {citation_of(h.chunk.doc, h.chunk.index, h.chunk.page)}" for i, h in enumerate(turned.retrieval.hits, 1)]
     return "\n\nSources:\n" + "\n".join(lines)
@@ -168,7 +168,7 @@ def router(ctx: ServerContext) -> APIRouter:
             usage = body.stream_options is not None and body.stream_options.include_usage
             return StreamingResponse(_stream(turned, head, ext.citations, usage), media_type="text/event-stream")
         ans, checked = asking.answer(turned, action="chat")
-        text = ans.text + (citations_block(turned) if ext.citations else "")
+        text = ans.text + (citations_block(turned, ans) if ext.citations else "")
         return {**head, "object": "chat.completion",
                 "choices": [{"index": 0, "message": {"role": "assistant", "content": text}, "finish_reason": "stop"}],
                 "usage": _usage(" ".join(t.content for t in turns), text),
@@ -195,7 +195,7 @@ def router(ctx: ServerContext) -> APIRouter:
             yield f"data: {json.dumps({'error': {'message': message, 'type': 'server_error', 'param': None, 'code': None}})}\n\n"
             yield "data: [DONE]\n\n"
             return
-        text = ans.text + (citations_block(turned) if cite else "")
+        text = ans.text + (citations_block(turned, ans) if cite else "")
         for piece in re.findall(r"\s*\S+", text):
             yield chunk({"content": piece})
         asking.done(turned, ans, "chat")

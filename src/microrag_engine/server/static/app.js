@@ -238,7 +238,7 @@ function renderVerification(box, v, t) {
   box.append(el("li", { class: "sum", text: "Verification: " + v.summary }));
   for (const s of v.sentences) {
     // grounded but not about the question: not counted as support (the summary says the same)
-    const [cls, label] = s.verdict === "entailed" && s.on_question === false ? ["unsup", "~ off the question"]
+    const [cls, label] = s.verdict === "entailed" && s.on_question === false ? ["unsup", "~ off-question"]
                        : VERDICT[s.verdict] || ["unsup", s.verdict];
     const code = /^\s*(```|~~~)/.test(s.sentence);
     const n = s.sentence.split("\n").length - 2;
@@ -308,7 +308,7 @@ $("#askform").addEventListener("submit", async (ev) => {
   const { li } = turns[t];
   const box = $(".answer", li);
   const current = () => mine.epoch === epoch; // still this conversation
-  let text = "", pending = false, finished = false, stopped = false;
+  let text = "", pending = false, finished = false, stopped = false, refusal = "";
   const paint = () => {
     pending = false;
     // Never after the end (a queued frame would paint over its note), nor under the
@@ -344,6 +344,7 @@ $("#askform").addEventListener("submit", async (ev) => {
           const flags = shownFlags(obj.flags, Boolean(obj.verification));
           $(".flags", li).textContent = flags.length ? "Flags: " + flags.join("; ") : "";
           renderVerification($(".verify", li), obj.verification, t);
+          refusal = obj.refused ? obj.reason || "the documents do not answer it" : ""; // whoever refused, not only the gate
           finished = true;
           // Complete and verified: it is history now, whatever happens to the rest of the stream.
           conversation.push({ role: "user", content: q }, { role: "assistant", content: text });
@@ -360,7 +361,8 @@ $("#askform").addEventListener("submit", async (ev) => {
     box.replaceChildren(markdown(text, { cite: citeLink(t) }));
     if (finished) {
       const v = $(".verify .sum", li);
-      $("#status").append(el("span", { text: " Answer complete." + (v ? " " + v.textContent : "") }));
+      $("#status").append(refusal ? el("span", { class: "refused", text: ` Not answered: ${refusal}.` })
+                                  : el("span", { text: " Answer complete." + (v ? " " + v.textContent : "") }));
     } else {
       box.append(el("p", { class: "refused", text: "(the answer ended early; ask again)" }));
     }
