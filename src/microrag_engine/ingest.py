@@ -54,6 +54,8 @@ class IngestReport:
     findings: dict[str, dict[str, int]] = field(default_factory=dict)  # doc -> {kind: count}, never values
     held: dict[str, list[str]] = field(default_factory=dict)  # doc -> why screening kept it out (``screen=``)
     held_files: dict[str, str] = field(default_factory=dict)  # held doc -> the file it came from
+    # held docs whose version a reviewer rejected: kept out as decided, not held again (``microrag review``)
+    rejected: dict[str, str] = field(default_factory=dict)  # doc -> who rejected it
 
     @property
     def changes(self) -> int:
@@ -64,6 +66,7 @@ class IngestReport:
         dlp = f"; DLP: {found} finding(s) in {len(self.findings)} document(s)" if found else ""
         gone = f"; {len(self.gone)} document(s) whose files are gone kept (--prune removes them)" if self.gone else ""
         held = f"; {len(self.held)} held by screening, not indexed" if self.held else ""
+        held += f"; {len(self.rejected)} kept out, rejected in review" if self.rejected else ""
         return (f"{len(self.added)} added, {len(self.changed)} changed, {len(self.unchanged)} unchanged, "
                 f"{len(self.removed)} removed ({self.chunks_written} chunks written{dlp}{gone}{held})")
 

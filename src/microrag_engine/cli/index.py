@@ -169,7 +169,9 @@ def _report_text(args: argparse.Namespace, report: IngestReport, each: bool = Fa
     named = [f"{what}: {d}" for what, docs in (("added", report.added), ("changed", report.changed),
                                                 ("removed", report.removed)) for d in docs] if each else []
     held = [f"held: {d}: {'; '.join(why)}" for d, why in sorted(report.held.items())]
-    if held:
+    held += [f"kept out: {d}: rejected in review by {who} (a changed file is screened again)"
+             for d, who in sorted(report.rejected.items())]
+    if report.held:
         held.append("held documents were not indexed: list them with 'microrag review', then 'microrag review release "
                     "FILE' (or reject FILE)")
     return "\n".join([*named, *report.dlp_lines(), *(f"gone: {d} (its file is gone; --prune removes it)" for d in report.gone),
@@ -193,7 +195,9 @@ def _queue_held(args: argparse.Namespace, store: Store, report: IngestReport) ->
         except OSError:
             version = ""
         if doc in rejected and rejected[doc][0] == version:
-            reasons.insert(0, f"rejected in review by {rejected[doc][1]}")
+            # Decided already: kept out without a new hold (nor a failing exit) on every run.
+            report.rejected[doc] = rejected[doc][1]
+            del report.held[doc]
             continue
         state.queue(doc, args.label or "", operator(), {}, reasons, version, "", origin)
         state.audit(operator(), "ingest", doc, [], "held", reasons)

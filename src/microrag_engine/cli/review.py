@@ -31,11 +31,14 @@ from .options import add_dlp, add_index, add_output, add_preset, diag, preset_fo
 def register(sub: argparse._SubParsersAction) -> None:
     rv = sub.add_parser("review", help="files the ingest held for review: list | release FILE... | reject FILE...")
     rsub = rv.add_subparsers(dest="action", metavar="ACTION")
-    rl = rsub.add_parser("list", help="list held files with their reasons (the default)")
+    # The action's options default to "not given", so `review --index DIR ACTION` keeps what the
+    # review command itself was given (argparse lets a subparser's defaults overwrite it otherwise).
+    quiet = argparse.SUPPRESS
+    rl = rsub.add_parser("list", help="list held files with their reasons (the default)", argument_default=quiet)
     decisions = []
     for name, run, what in (("release", cmd_release, "ingest these held files as they are, unscreened"),
                             ("reject", cmd_reject, "keep these held files out of the index")):
-        p = rsub.add_parser(name, help=what)
+        p = rsub.add_parser(name, help=what, argument_default=quiet)
         p.add_argument("files", nargs="*", metavar="FILE", help="a held file's path or document id (see: microrag review)")
         p.add_argument("--all", action="store_true", help="every file waiting for review")
         p.set_defaults(run=run)
@@ -46,7 +49,7 @@ def register(sub: argparse._SubParsersAction) -> None:
     for p in decisions[:1]:
         add_dlp(p)
         add_preset(p)
-    rv.set_defaults(run=cmd_list)
+    rv.set_defaults(run=cmd_list, files=[], all=False, preset=None, chunker=None, dlp=None)
     rl.set_defaults(run=cmd_list)
 
 

@@ -23,7 +23,7 @@ from ..errors import LLMError, MicroRAGError
 from ..retrieve.conversation import Condensed
 from ..store.base import DocFilter
 from ..tools import FileTool
-from ..types import Retrieval, Turn
+from ..types import Hit, Retrieval, Turn
 from .auth import Principal
 from .context import ServerContext
 from .defences import naive_blocked, naive_despace, naive_output
@@ -55,6 +55,9 @@ class Turned:
     audit: tuple[str, list[dict], str]  # (query as audited, hits, raw)
     row: int | None = None
     settled: list[str] = field(default_factory=list)
+    # The hits' neighbours the answer may quote (Retrieval.context), for the wire like sources:
+    # a citation of one must be followable, not shown as a chunk nobody retrieved.
+    context: list[dict] = field(default_factory=list)
 
 
 class Asking:
@@ -121,19 +124,23 @@ class Asking:
         elif r.restating:
             flags.append("mimicry: every passage found restates the question word for word (how a PoisonedRAG passage "
                          "is written): check the sources before relying on the answer")
+        r = eng.with_context(r)  # fetched now, under the retrieval's clearance, so the caller sees them too
         records = eng.records  # loaded with the engine: no store round trip per query
-        sources = [{"doc": h.chunk.doc, "chunk": h.chunk.index, "id": h.chunk.id, "page": h.chunk.page,
+
+        def wire(h: Hit) -> dict:
+            return {"doc": h.chunk.doc, "chunk": h.chunk.index, "id": h.chunk.id, "page": h.chunk.page,
                     "hybrid": h.hybrid, "kw": h.kw, "em": h.em, "raw_kw": h.raw_kw, "raw_em": h.raw_em,
                     # Chunk text leaves through the same output guard as the answer (red team #10).
                     "text": guarded(h.chunk.text) if cfg.output_guard and on.guard_every_channel else h.chunk.text,
                     "label": records[h.chunk.doc].label if h.chunk.doc in records else "",
                     "principal": records[h.chunk.doc].principal if h.chunk.doc in records else "",
                     "ingested_at": records[h.chunk.doc].ingested_at if h.chunk.doc in records else ""}
-                   for h in r.hits]
+
+        sources = [wire(h) for h in r.hits]
         hits = [{"id": h.chunk.id, "hybrid": round(h.hybrid, 4)} for h in r.hits]
         check = cfg.verify if verify is None else verify
         turned = Turned(question, condensed, earlier_turns(turns), r, who, check, deadline, eng, sources, flags,
-                        (safe_query, hits, raw))
+                        (safe_query, hits, raw), context=[wire(h) for h in r.context])
         # The audit row goes in before any retrieved text can leave (stream or not), so a
         # client that disconnects after the sources still leaves a trace (red team #5).
         # The lab baseline writes it after the answer, as version one did.

@@ -107,8 +107,9 @@ class Verification:
 
     @property
     def supported(self) -> bool:
-        """Grounded, and (when a question was given) answering it."""
-        return self.grounded and self.answers is not False
+        """Grounded, and (when a question was given) answering it with every claim: one
+        grounded sentence about something else makes it not supported, as the count says."""
+        return self.grounded and self.answers is not False and not any(s.on_question is False for s in self.sentences)
 
     @property
     def claims(self) -> tuple[SentenceVerdict, ...]:
@@ -295,12 +296,15 @@ def apply_policy(answer: str, verdicts: Sequence[SentenceVerdict], policy: str, 
     answer the question (``answers`` False) is refused by ``drop`` and ``refuse`` alike."""
     if policy not in VERIFY_POLICIES:
         raise ValueError(f"unknown verify policy {policy!r}; choose one of {', '.join(VERIFY_POLICIES)}")
-    bad = [v for v in verdicts if v.verdict != ENTAILED]
+    def good(v: SentenceVerdict) -> bool:  # grounded, and not off the question when one was asked
+        return v.verdict == ENTAILED and v.on_question is not False
+
+    bad = [v for v in verdicts if not good(v)]
     if policy == "flag" or (not bad and answers is not False):
         return answer
     if policy == "refuse" or answers is False:
         return NOT_SUPPORTED
-    kept = [v.sentence for v in verdicts if v.verdict == ENTAILED]
+    kept = [v.sentence for v in verdicts if good(v)]
     return " ".join(kept) if kept else NOT_SUPPORTED
 
 

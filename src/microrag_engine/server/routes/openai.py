@@ -175,7 +175,8 @@ def router(ctx: ServerContext) -> APIRouter:
                 "microrag": _extension(turned, ans, checked)}
 
     def _extension(turned: Turned, ans: Answer, checked: dict | None) -> dict[str, Any]:
-        return {"sources": turned.sources, "verification": checked, "refused": ans.refused, "reason": ans.reason,
+        return {"sources": turned.sources, "context": turned.context, "verification": checked, "refused": ans.refused,
+                "reason": ans.reason,
                 "mode": ans.mode, "flags": turned.flags + ans.flags, "retrieval_query": guarded(turned.condensed.query),
                 "condensed": turned.condensed.how}
 

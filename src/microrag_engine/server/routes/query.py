@@ -135,13 +135,15 @@ def router(ctx: ServerContext) -> APIRouter:
             return StreamingResponse(_stream(turned), media_type="text/event-stream")
         r = turned.retrieval
         ans, checked = asking.answer(turned)
-        return {"answer": ans.text, "sources": turned.sources, "refused": ans.refused, "reason": ans.reason, "mode": ans.mode,
+        return {"answer": ans.text, "sources": turned.sources, "context": turned.context, "refused": ans.refused,
+                "reason": ans.reason, "mode": ans.mode,
                 "capped": r.capped, "flags": turned.flags + ans.flags, "held": [i for i, _ in r.held],
                 "conflicts": asking.conflicts(ans), "tools": [t.__dict__ for t in ans.tools], "verification": checked}
 
     def _stream(turned: Turned):
         r = turned.retrieval
-        head = {"sources": turned.sources, "refused": r.refused, "reason": r.reason, "capped": r.capped,
+        head = {"sources": turned.sources, "context": turned.context, "refused": r.refused, "reason": r.reason,
+                "capped": r.capped,
                 "held": [i for i, _ in r.held],
                 "best_raw_em": r.best_raw_em, "best_raw_kw": r.best_raw_kw}
         yield f"event: sources\ndata: {json.dumps(head)}\n\n"
