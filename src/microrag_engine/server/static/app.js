@@ -204,13 +204,21 @@ function renderSources(t) {
       el("strong", { text: `${s.doc} · chunk ${s.chunk}` }), meta, bars,
       el("div", { class: "chunktext", text: s.text, tabindex: "0", role: "region", "aria-label": `Text of ${s.doc} chunk ${s.chunk}` })));
   }
+  // The hits' neighbours in their documents: the answer may quote them, so its citations land here.
+  for (const s of info.context || []) {
+    list.append(el("li", { id: "src-" + s.id, tabindex: "-1", class: "context" },
+      el("strong", { text: `${s.doc} · chunk ${s.chunk}` }),
+      el("div", { class: "meta", text: "next to a retrieved chunk in its document (not ranked)" }),
+      el("div", { class: "chunktext", text: s.text, tabindex: "0", role: "region", "aria-label": `Text of ${s.doc} chunk ${s.chunk}` })));
+  }
 }
 
 function citeLink(t) {
   // A link to a chunk among turn t's sources (an older turn's sources come back first). A
   // citation of anything else - a chunk nobody retrieved - is shown for what it is.
   return (id) => {
-    const known = turns[t] && turns[t].info && turns[t].info.sources.some((s) => s.id === id);
+    const info = turns[t] && turns[t].info;
+    const known = info && (info.sources.some((s) => s.id === id) || (info.context || []).some((s) => s.id === id));
     if (!known) return el("span", { class: "cite missing", text: `${citeLabel(id)} (not among this answer's sources)` });
     const a = el("a", { href: "#src-" + id, class: "cite", text: citeLabel(id) });
     a.addEventListener("click", (ev) => { ev.preventDefault(); lastCite = a; if (shownTurn !== t) renderSources(t); highlight(id); });
