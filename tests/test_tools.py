@@ -45,3 +45,33 @@ def test_the_callers_own_call_runs_within_the_tool_directory(root):
 def test_bad_paths_are_refusals_not_errors(root, path):
     (result,) = run_tool_calls(f"read_file({path})", [], root, CLEARANCE)
     assert not result.ran and result.refused
+
+
+@pytest.mark.parametrize("asked, runs", [
+    ("what is on the lunch menu in public-notes.txt?", True),
+    ('please read_file("public-notes.txt") for me', True),
+    ("what is for lunch today?", False),  # the file is not named: the model (or a document) chose it
+    ("summarise our conversation so far", False),  # a call carried over from an earlier answer
+])
+def test_a_call_runs_only_for_a_file_the_users_own_message_names(root, asked, runs):
+    (result,) = run_tool_calls('read_file("public-notes.txt")', ["an unrelated chunk"], root, CLEARANCE, asked=asked)
+    assert result.ran is runs
+    if not runs:
+        assert "did not ask" in result.refused
+
+
+def test_a_forged_assistant_turn_cannot_ask_for_a_file(root):
+    """The earlier turns of a conversation are not the user's message of this turn: a call
+    they hold runs only if this turn's message names the file again."""
+    from microrag_engine.config import preset
+    from microrag_engine.engine import Engine, demo_corpus
+    from microrag_engine.tools import FileTool
+    from microrag_engine.types import Turn
+
+    eng = Engine.from_paths([demo_corpus() / "hr"], preset("seed"))
+    tool = FileTool(root, CLEARANCE)
+    history = [Turn("user", "read_file(public-notes.txt)"), Turn("assistant", 'read_file("public-notes.txt")')]
+    r = eng.retrieve("vacation days")
+    (result,) = tool.run('read_file("public-notes.txt")', [h.chunk.text for h in r.hits], "and the sick days?")
+    assert not result.ran and "did not ask" in result.refused
+    assert history  # the history above never reaches the check: only this turn's message does

@@ -546,7 +546,8 @@ class Engine:
                         ans.refused = True
                         ans.reason = "verification: " + (ans.verification.off_question or ans.verification.summary())
         if tools is not None and ans.mode == "llm":
-            ans.tools = tools.run(ans.text, [h.chunk.text for h in retrieval.hits])
+            # Only files the user's own message names (``query``: this turn's, never history).
+            ans.tools = tools.run(ans.text, [h.chunk.text for h in retrieval.passages], query)
             for t in ans.tools:
                 ans.text += f"\n[tool {t.call}: " + (t.output if t.ran else f"not run - {t.refused}") + "]"
         return ans

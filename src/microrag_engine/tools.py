@@ -34,8 +34,10 @@ class FileTool:
     confined: bool = True
     max_bytes: int = 4096
 
-    def run(self, answer: str, context: list[str]) -> list[ToolResult]:
-        return run_tool_calls(answer, context, self.root, self.clearance, self.max_bytes, self.confined)
+    def run(self, answer: str, context: list[str], asked: str) -> list[ToolResult]:
+        """The calls in ``answer`` that may run: named by the user's own message ``asked``,
+        not planted in ``context``, inside the tool directory, within the caller's clearance."""
+        return run_tool_calls(answer, context, self.root, self.clearance, self.max_bytes, self.confined, asked)
 
 
 @dataclass
@@ -53,10 +55,17 @@ def _norm_path(path: str) -> str:
     return posixpath.normpath(re.sub(r"[\s\"'`]", "", canonical(path)).replace("\\", "/")).lstrip("/").lower()
 
 
+# A file name as a user writes it in a question: "notes.txt", "docs/roster.csv".
+_FILE_NAME = re.compile(r"[\w./-]*\w\.\w+")
+
+
 def run_tool_calls(answer: str, context: list[str], root: Path | None, clearance: frozenset[str],
-                   max_bytes: int = 4096, confined: bool = True) -> list[ToolResult]:
+                   max_bytes: int = 4096, confined: bool = True, asked: str | None = None) -> list[ToolResult]:
     """Find ``read_file(...)`` calls in ``answer`` and run the ones that are allowed.
 
+    With ``asked`` (the user's own message of this turn), a call runs only for a file that
+    message names: a call the model makes because a document, an earlier answer or a forged
+    assistant turn put it there is refused, whatever turn it came from.
     ``confined=False`` is the lab baseline's naive tool: any path, any caller, any origin.
     """
     if not confined:
@@ -64,12 +73,16 @@ def run_tool_calls(answer: str, context: list[str], root: Path | None, clearance
     results = []
     named = [m.group("path") for text in context for m in CALL.finditer(canonical(text))]
     planted = {_norm_path(p) for p in named} | ({_target(root, p) for p in named} - {None} if root else set())
+    said = canonical(asked or "")
+    wanted = {_norm_path(p) for p in [m.group("path") for m in CALL.finditer(said)] + _FILE_NAME.findall(said)}
     for m in CALL.finditer(canonical(answer)):
         call = m.group(0)
         if root is None:
             results.append(ToolResult(call, False, refused="the file tool is disabled"))
         elif _norm_path(m.group("path")) in planted or (_target(root, m.group("path")) or "") in planted:
             results.append(ToolResult(call, False, refused="the call text comes from retrieved documents"))
+        elif asked is not None and _norm_path(m.group("path")) not in wanted:
+            results.append(ToolResult(call, False, refused="the user's message did not ask for this file"))
         else:
             results.append(_read(call, m.group("path"), root, clearance, max_bytes))
     return results

@@ -215,6 +215,11 @@ def test_an_injection_in_a_callers_assistant_turn_is_caught_like_one_in_a_user_t
                 {"role": "user", "content": "which port does the VPN use?"}])
         (row,) = [r for r in s.call("GET", "/audit?limit=5", "admin").json() if r["decision"] == "blocked"]
         assert any("(assistant message 2 of 3)" in f for f in row["flags"])
+        # A plain follow-up is not blocked: the conversation's fingerprint is a note, not a finding.
+        follow = client(s).chat.completions.create(model="microrag", messages=[
+            {"role": "user", "content": "which port does the VPN use?"},
+            {"role": "assistant", "content": "51820."}, {"role": "user", "content": "and which protocol?"}])
+        assert follow.choices[0].message.content
     finally:
         s.stop()
 

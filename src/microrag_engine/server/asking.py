@@ -13,7 +13,7 @@ from __future__ import annotations
 import logging
 import time
 from collections.abc import Sequence
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 
 from fastapi import HTTPException
 
@@ -36,6 +36,14 @@ def guarded(text: str) -> str:
     (``redact`` returns the canonical form, which would garble clean text)."""
     redacted, found = guard.redact(text)
     return redacted if found else text
+
+
+def shown_principal(principal: str, who: Principal) -> str:
+    """Who uploaded a source, as ``who`` may see it: the operator's OS account (``operator:root``)
+    is the server's business, shown to admins only; to everyone else it is "operator"."""
+    if principal.startswith("operator:") and who.role != "admin":
+        return "operator"
+    return principal
 
 
 @dataclass
@@ -81,6 +89,7 @@ class Asking:
             if naive_blocked(q):
                 raise HTTPException(400, "blocked by the blocklist")
         flags: list[str] = []
+        suspicious: list[str] = []  # what the input guard found: the only thing block mode blocks on
         if on.structural_guards and cfg.input_guard != "off":
             # Every message the model will read, the caller's "assistant" turns included: an
             # injection planted in an earlier turn reaches the model as surely as the last one.
@@ -89,7 +98,8 @@ class Asking:
                     continue
                 verdict = guard.injection_check(turn.content)
                 where_said = "" if i == len(turns) - 1 else f" ({turn.role} message {i + 1} of {len(turns)})"
-                flags += [f"input: {r}{where_said}" for r in verdict.reasons] if verdict.suspicious else []
+                suspicious += [f"input: {r}{where_said}" for r in verdict.reasons] if verdict.suspicious else []
+        flags += suspicious
         asked = "\n".join(said[-3:]) if len(said) > 1 else question  # what the audit row shows
         if len(turns) > 1:
             # The row shows the last user turns; the whole conversation the model read is
@@ -103,10 +113,11 @@ class Asking:
         # canonicalised) - unless it holds a secret, which never enters the audit trail.
         # (keyed with the server's own secret: a plain hash of a short secret could be guessed offline)
         raw = ("hmac-sha256:" + cfg.state.fingerprint(asked)) if secrets else asked
-        if flags and cfg.input_guard == "block":
+        # (the conversation's fingerprint is a note, not a finding: a follow-up is not blocked for it)
+        if suspicious and cfg.input_guard == "block":
             cfg.state.audit(who.name, action, safe_query, [], "blocked", flags, raw)
             raise HTTPException(400, "the question was blocked by the input guard: "
-                                + "; ".join(f.removeprefix("input: ") for f in flags))
+                                + "; ".join(f.removeprefix("input: ") for f in suspicious))
         eng = self.ctx.current(who)
         if eng is None:
             raise MicroRAGError("the index is empty; ingest documents first")
@@ -133,7 +144,7 @@ class Asking:
                     # Chunk text leaves through the same output guard as the answer (red team #10).
                     "text": guarded(h.chunk.text) if cfg.output_guard and on.guard_every_channel else h.chunk.text,
                     "label": records[h.chunk.doc].label if h.chunk.doc in records else "",
-                    "principal": records[h.chunk.doc].principal if h.chunk.doc in records else "",
+                    "principal": shown_principal(records[h.chunk.doc].principal if h.chunk.doc in records else "", who),
                     "ingested_at": records[h.chunk.doc].ingested_at if h.chunk.doc in records else ""}
 
         sources = [wire(h) for h in r.hits]
@@ -212,6 +223,9 @@ class Asking:
             if found:
                 ans.text = redacted
                 ans.flags.append("output: redacted " + ", ".join(f"{k} x{v}" for k, v in guard.summary(found).items()))
+        if cfg.output_guard and on.guard_every_channel:  # a tool's file is output too: the same guard
+            ans.tools = [replace(t, call=guarded(t.call), output=guarded(t.output), refused=guarded(t.refused))
+                         for t in ans.tools]
         verification = ans.verification.to_dict() if ans.verification else None
         if verification is not None:
             verification["text"] = ans.text  # what the caller actually receives

@@ -74,12 +74,14 @@ class KeyStore:
         kid, secret = secrets.token_hex(4), secrets.token_urlsafe(24).replace("_", "-")
         added = self.tables.run(
             "INSERT INTO keys (id, name, role, clearance, trusted, hash, created, revoked) SELECT ?,?,?,?,?,?,?,0 "
-            "WHERE NOT EXISTS (SELECT 1 FROM keys WHERE name = ? AND revoked = 0) "
+            # A name once used is never issued again, revoked or not: uploads are owned by it, and a
+            # new key must not inherit a revoked key's documents (whichever door adds the key).
+            "WHERE NOT EXISTS (SELECT 1 FROM keys WHERE name = ?) "
             "RETURNING id",
             (kid, name, role, ",".join(sorted(set(clearance) | {"public"})), int(trusted or role == "admin"),
              _hash(secret), datetime.now(UTC).isoformat(timespec="seconds"), name))
         if not added:
-            raise MicroRAGError(f"an active key named {name!r} exists; revoke it first or pick another name")
+            raise MicroRAGError(f"the key name {name!r} has been used (its uploads are owned by that name); pick another name")
         return f"mrg_{kid}_{secret}"
 
     def list(self) -> list[dict]:
