@@ -75,3 +75,20 @@ def test_sentence_chunks_cover_all_text_in_order(text, budget):
     for c in chunks:
         covered.update(range(c.start, c.end))
     assert all(i in covered for i, ch in enumerate(text) if not ch.isspace())
+
+
+def test_a_long_text_without_sentence_breaks_is_cut_in_linear_time():
+    """#33 (first battery): a 1 MB log with no sentence break never finished: each binary-search
+    step counted the tokens of the whole remaining text. Linear is ~4x for 4x the text."""
+    from helpers.timing import best_time
+    from microrag_engine.chunk import chunk_sentences
+
+    def took(n: int) -> float:
+        text = " ".join(f"w{i}" for i in range(n))
+        return best_time(lambda: chunk_sentences("log.txt", text, 64), repeats=1)
+
+    small, big = took(10_000), took(40_000)
+    # Quadratic would be ~16x; the ceiling only catches that (CI shares cores).
+    assert big < 0.5 or big / max(small, 1e-3) < 10, (small, big)
+    pieces = chunk_sentences("log.txt", " ".join(f"w{i}" for i in range(2_000)), 64)
+    assert " ".join(c.text for c in pieces) == " ".join(f"w{i}" for i in range(2_000))

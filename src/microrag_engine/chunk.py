@@ -50,11 +50,21 @@ def _split_long(text: str, s: int, e: int, max_tokens: int, count: Callable[[str
     pieces: list[tuple[int, int]] = []
     words = [(m.start() + s, m.end() + s) for m in re.finditer(r"\S+", text[s:e])]
     cur = 0
+    def fits(end: int) -> bool:
+        return count(text[words[cur][0] : words[end - 1][1]]) <= max_tokens
+
     while cur < len(words):
-        lo, hi = cur + 1, len(words)
+        # Gallop first (1, 2, 4... words), then binary search the longest prefix that fits: each
+        # count reads about one piece's text, so a long file with no sentence break costs linear
+        # time, not a count of the whole remaining text per step.
+        step, lo = 1, cur + 1
+        while lo + step <= len(words) and fits(lo + step):
+            lo += step
+            step *= 2
+        hi = min(len(words), lo + step - 1)
         while lo < hi:  # binary search the longest prefix that fits
             mid = (lo + hi + 1) // 2
-            if count(text[words[cur][0] : words[mid - 1][1]]) <= max_tokens:
+            if fits(mid):
                 lo = mid
             else:
                 hi = mid - 1

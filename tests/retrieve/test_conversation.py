@@ -163,3 +163,15 @@ def test_follow_ups_still_fold_in_the_chat(said):
                    "one ('how fast do I have to react when it goes off?', 'can I put a personal dinner on it ...')")
 def test_an_object_pronoun_that_follows_its_noun_does_not_point_back():
     assert condense(chat("How do I parse a JSON string?", "how do I open a text file and read it?")).how == "alone"
+
+
+@given(n=st.integers(1, 20_000), turns=st.integers(1, 6))
+@hsettings(max_examples=30, deadline=None)
+def test_the_retrieval_query_is_bounded_as_a_question_is_whether_alone_or_folded(n, turns):
+    """#33: a standalone message went to retrieval whole; every retrieval query is at most
+    MAX_RETRIEVAL_CHARS, as /query's question is."""
+    from microrag_engine.retrieve.conversation import MAX_RETRIEVAL_CHARS
+
+    history = [Turn("user", "how do I reset the vpn token?"), Turn("assistant", "Use the portal.")] * (turns - 1)
+    said = condense([*history, Turn("user", "and " + "x" * n)])
+    assert len(said.query) <= MAX_RETRIEVAL_CHARS

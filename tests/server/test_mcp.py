@@ -187,6 +187,16 @@ def test_list_collections_counts_what_the_key_may_read(srv):
     assert admin["documents"] == 4 and admin["collections"][0]["documents"] == 4
 
 
+def test_the_stateless_endpoint_answers_get_with_405_and_holds_nothing_open(srv):
+    """#33: GET /mcp was a 200 event stream that never closed, for anyone; stateless JSON has no stream."""
+    for who in (None, "reader"):
+        headers = {"Authorization": f"Bearer {srv.key[who]}"} if who else {}
+        with httpx.stream("GET", srv.url + "/mcp", headers={**headers, "Accept": "text/event-stream"}, timeout=10) as r:
+            body = r.read()
+        assert r.status_code == 405 and r.headers["allow"] == "POST" and b"POST" in body
+    assert httpx.delete(srv.url + "/mcp", timeout=10).status_code == 405
+
+
 def test_a_wrong_key_is_refused(srv):
     async def main() -> None:
         async with over_http(srv, key="mrg_deadbeef_wrong") as client:

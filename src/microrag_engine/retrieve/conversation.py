@@ -188,7 +188,8 @@ def condense(turns: Sequence[Turn]) -> Condensed:
         raise ValueError("the conversation has no user message")
     last = said[-1]
     if len(said) == 1 or not depends(last, said[:-1]):
-        return Condensed(last, last, "alone")
+        # Bounded as a /query question is, alone too: retrieval never reads more than a question.
+        return Condensed(last[:MAX_RETRIEVAL_CHARS], last, "alone")
     context: list[str] = []
     for i in range(len(said) - 2, -1, -1):
         context.insert(0, said[i])

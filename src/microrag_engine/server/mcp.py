@@ -358,6 +358,11 @@ class Endpoint:
 
     async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
         request = Request(scope)
+        if request.method != "POST":
+            # Stateless with JSON replies: there is no session stream to GET, and an SSE stream
+            # held open by anyone would be a connection slot per caller for nothing.
+            return await _refusal(405, f"{request.method} /mcp is not served: MCP here is stateless JSON over POST",
+                                  {"Allow": "POST"})(scope, receive, send)
         if _cross_origin(request):
             return await _refusal(403, "cross-origin requests to /mcp are refused")(scope, receive, send)
         try:

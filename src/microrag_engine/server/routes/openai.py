@@ -35,7 +35,7 @@ from typing import Annotated, Any, Literal
 import numpy as np
 from fastapi import APIRouter, Depends, HTTPException
 from fastapi.responses import StreamingResponse
-from pydantic import BaseModel, ConfigDict, Field, StringConstraints
+from pydantic import BaseModel, ConfigDict, Field, StringConstraints, model_validator
 
 from ...augment import citation_of
 from ...engine import Answer
@@ -63,10 +63,24 @@ class Part(BaseModel):
     text: str | None = Field(default=None, max_length=16_000)
 
 
+MAX_MESSAGE_CHARS = 16_000  # of one message, however it is sent: one string or the text of all its parts
+MAX_PARTS = 64
+
+
 class Message(BaseModel):
     model_config = ConfigDict(extra="ignore")
     role: Literal["system", "developer", "user", "assistant", "tool", "function"]
-    content: Annotated[str, StringConstraints(max_length=16_000)] | list[Part] | None = None
+    content: Annotated[str, StringConstraints(max_length=MAX_MESSAGE_CHARS)] | list[Part] | None = None
+
+    @model_validator(mode="after")
+    def _bounded(self) -> Message:
+        # The cap is on the message, not on each part: 28 parts of 16k would be 28 messages' work.
+        if isinstance(self.content, list):
+            if len(self.content) > MAX_PARTS:
+                raise ValueError(f"a message has at most {MAX_PARTS} parts")
+            if sum(len(p.text or "") for p in self.content) > MAX_MESSAGE_CHARS:
+                raise ValueError(f"a message's text parts hold at most {MAX_MESSAGE_CHARS} characters in all")
+        return self
 
     def text(self) -> str:
         if isinstance(self.content, list):  # images and other parts carry nothing to retrieve with
