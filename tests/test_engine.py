@@ -47,10 +47,13 @@ def test_tools_run_only_for_model_text_and_report_refusals(engine, llm_server, t
     (tmp_path / "notes.txt").write_text("the note")
     (tmp_path / "notes.txt.label").write_text("public")
     llm_server.script(sse(delta(content='Reset it in the portal. read_file("notes.txt")')))
-    r = engine.rank("how do I reset my password?")
-    ans = engine.answer("how do I reset my password?", r, llm_server.cfg(),
-                        tools=FileTool(tmp_path, frozenset({"public"})))
+    asked = "how do I reset my password? the steps are in notes.txt"  # the user names the file
+    r = engine.rank(asked)
+    ans = engine.answer(asked, r, llm_server.cfg(), tools=FileTool(tmp_path, frozenset({"public"})))
     assert ans.mode == "llm" and [t.ran for t in ans.tools] == [True] and "the note" in ans.text
+    llm_server.script(sse(delta(content='Reset it in the portal. read_file("notes.txt")')))
+    unasked = engine.answer("how do I reset my password?", r, llm_server.cfg(), tools=FileTool(tmp_path, frozenset({"public"})))
+    assert [t.ran for t in unasked.tools] == [False] and "the note" not in unasked.text
     off = engine.answer("how do I reset my password?", r, None, tools=FileTool(tmp_path, frozenset({"public"})))
     assert off.tools == []  # the extractive answerer quotes documents: nothing of it is a call
 

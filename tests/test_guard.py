@@ -114,7 +114,7 @@ def test_keys_cli(tmp_path):
     listed = run_cli("keys", "list", "--index", ix)
     assert "alice" in listed.stdout and key not in listed.stdout and key.split("_")[2] not in listed.stdout
     dup = run_cli("keys", "add", "alice", "--index", ix)
-    assert dup.returncode != 0 and "exists" in dup.stderr
+    assert dup.returncode != 0 and "has been used" in dup.stderr
     assert run_cli("keys", "revoke", "alice", "--index", ix).returncode == 0
     assert "REVOKED" in run_cli("keys", "list", "--index", ix).stdout
     bad = run_cli("keys", "add", "bob", "--role", "king", "--index", ix)

@@ -18,6 +18,7 @@ import re
 from dataclasses import dataclass
 from pathlib import Path
 
+from . import rx
 from .guard import canonical
 
 CALL = re.compile(r"read_file\(\s*[\"'`]?(?P<path>[^\"'`)]*)[\"'`]?\s*\)")
@@ -55,8 +56,9 @@ def _norm_path(path: str) -> str:
     return posixpath.normpath(re.sub(r"[\s\"'`]", "", canonical(path)).replace("\\", "/")).lstrip("/").lower()
 
 
-# A file name as a user writes it in a question: "notes.txt", "docs/roster.csv".
-_FILE_NAME = re.compile(r"[\w./-]*\w\.\w+")
+# A file name as a user writes it in a question: "notes.txt", "docs/roster.csv" (linear time:
+# the question is the caller's text).
+_FILE_NAME = rx.compile(r"[\w./-]*\w\.\w+")
 
 
 def run_tool_calls(answer: str, context: list[str], root: Path | None, clearance: frozenset[str],

@@ -63,17 +63,19 @@ def test_state_on_postgres_round_trips(pg_tables):
 
 
 @needs_pg
-def test_keys_on_postgres_allow_one_active_key_per_name(pg_tables):
+def test_keys_on_postgres_never_issue_a_name_twice(pg_tables):
     keys = KeyStore(pg_tables)
     key = keys.add("rita", "reader", ["public"])
     assert keys.resolve(key).name == "rita"
-    with pytest.raises(MicroRAGError, match="exists"):
+    with pytest.raises(MicroRAGError, match="has been used"):
         keys.add("rita", "reader", ["public"])
     keys.wrote("rita", "0/3000060")
     assert keys.resolve(key).wrote == "0/3000060"
     keys.revoke("rita")
     assert keys.resolve(key) is None
-    assert keys.resolve(keys.add("rita", "reader", ["public"])).wrote == ""  # a new key starts clean
+    with pytest.raises(MicroRAGError, match="has been used"):  # revoked too: it owned uploads
+        keys.add("rita", "reader", ["public"])
+    assert keys.resolve(keys.add("rita2", "reader", ["public"])).wrote == ""  # a new key starts clean
 
 
 @needs_pg
