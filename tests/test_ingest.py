@@ -366,3 +366,26 @@ def test_a_held_file_is_screened_again_on_every_ingest(store, tmp_path):
     screened.clear()
     again = ingest_paths(store, [docs], DEFAULT, screen=screen)
     assert list(again.held) == ["docs/bad.md"] and screened == ["docs/bad.md"]  # ok.md: skipped unread
+
+
+@pytest.mark.parametrize("stored", ["memory", "index"])
+def test_front_matter_goes_through_dlp_so_a_filter_cannot_recover_a_secret(tmp_path, stored):
+    """#33 (1): a secret in front matter skipped DLP and stayed a filter field; a `where` glob
+    binary search recovered it from "no indexed document matches the filter". The field is
+    redacted as the same line in the body would be, so no glob on the value matches."""
+    docs = tmp_path / "docs"
+    docs.mkdir()
+    (docs / "db.md").write_text("---\nowner: platform\ndb_password: zq7vtr4kwm\n---\n# Database\n\nThe database runs on port 5432.")
+    settings = preset("default")
+    if stored == "memory":
+        engine = Engine.from_paths([docs], settings)
+    else:
+        store = SQLiteStore(tmp_path / "ix")
+        report = ingest_paths(store, [docs], settings, collection="")
+        assert report.findings["db.md"] == {"secret_in_context": 1}
+        meta = dict(store.documents()["db.md"].meta)
+        assert meta["db_password"].startswith("[REDACTED") and "zq7" not in meta["db_password"]
+        engine = Engine.from_store(store, settings)
+    for glob in ("zq7*", "zq7vtr4kwm", "*4kwm"):
+        assert engine.select(DocFilter((("db_password", glob),))) == set()
+    assert engine.select(DocFilter((("owner", "platform"),))) == {"db.md"}  # a plain field still filters

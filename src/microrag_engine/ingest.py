@@ -124,17 +124,38 @@ def check_compatible(meta: dict[str, str], settings: Settings) -> None:
             "(e.g. the same --preset) or ingest into a new --index")
 
 
+_OWN_META = frozenset({"pages"})  # meta the loaders write about the text itself (offsets), not the author's
+
+
+def _dlp_meta(meta: tuple[tuple[str, str], ...], presidio: bool) -> tuple[tuple[tuple[str, str], ...], list]:
+    """Front matter through the same DLP as the text: each field read as the "key: value" line
+    it was written as (so "db_password: zq7..." is a secret in its context). Filters match
+    stored values, so a redacted value can no longer be recovered by globbing ``where``."""
+    out, found = [], []
+    for key, value in meta:
+        if key in _OWN_META or not value:
+            out.append((key, value))
+            continue
+        redacted, hits = guard.redact(f"{key}: {value}", deep=presidio)
+        found += hits
+        prefix = f"{key}: "
+        out.append((key, (redacted[len(prefix):] if redacted.startswith(prefix) else redacted) if hits else value))
+    return tuple(out), found
+
+
 def apply_dlp(doc: Document, mode: str, presidio: bool = False) -> tuple[Document, bool, dict[str, int]]:
-    """(document to index, whether to label it restricted, finding counts by kind)."""
+    """(document to index, whether to label it restricted, finding counts by kind). Every field
+    of the document goes through it: text, pre-made chunks and front matter alike."""
     if mode == "off":
         return doc, False, {}
     texts = [doc.text] + [c.text for c in doc.prechunked]
     results = [guard.redact(t, deep=presidio) for t in texts]
-    counts = guard.summary([f for _, found in results for f in found])
+    meta, in_meta = _dlp_meta(doc.meta, presidio)
+    counts = guard.summary([f for _, found in results for f in found] + in_meta)
     if not counts or mode == "label":
         return doc, bool(counts), counts
     pre = tuple(replace(c, text=r, end=c.start + len(r)) for c, (r, _) in zip(doc.prechunked, results[1:]))
-    return replace(doc, text=results[0][0], prechunked=pre), False, counts
+    return replace(doc, text=results[0][0], prechunked=pre, meta=meta), False, counts
 
 
 def guarded(doc: Document, settings: Settings, visible: bool = True) -> tuple[Document, bool, dict[str, int]]:
@@ -157,7 +178,12 @@ def guarded(doc: Document, settings: Settings, visible: bool = True) -> tuple[Do
         texts.append(kept.text)
         counts.update(found)
         restrict = restrict or hold
-    meta = tuple((k, ",".join(map(str, offsets)) if k == "pages" else v) for k, v in doc.meta)
+    meta, in_meta = _dlp_meta(doc.meta, settings.dlp_presidio) if settings.dlp != "off" else (doc.meta, [])
+    counts.update(guard.summary(in_meta))
+    restrict = restrict or (bool(in_meta) and settings.dlp == "label")
+    if settings.dlp == "label":
+        meta = doc.meta  # labelled restricted, kept as written
+    meta = tuple((k, ",".join(map(str, offsets)) if k == "pages" else v) for k, v in meta)
     return replace(doc, text="".join(texts), meta=meta), restrict, dict(counts)
 
 
