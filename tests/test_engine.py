@@ -332,3 +332,31 @@ def test_the_answer_context_keeps_out_what_the_ranking_kept_out_and_what_the_cal
     eng.relabel([c for c, ch in enumerate(eng.index.chunks) if ch.id in ids], "restricted")
     again = eng.with_context(eng.retrieve("archive bucket platform team", labels=["public"]))
     assert ids and not ids & {h.chunk.id for h in again.context}
+
+
+@needs_models
+def test_a_large_top_k_does_not_multiply_the_answers_context_or_its_verification(monkeypatch):
+    """#33 (9): top_k 50 with verification made an NLI grid of every sentence x every chunk.
+    The context takes neighbours of the first MAX_CONTEXT_HITS hits only, and verification
+    checks the best MAX_VERIFY_PASSAGES passages plus those the answer cites."""
+    from microrag_engine import engine as eng_module
+    from microrag_engine.types import Document
+
+    docs = [Document(f"d{i}.md", " ".join(f"Topic {i} fact {j} about the archive bucket." for j in range(30)))
+            for i in range(30)]
+    eng = Engine.from_documents(docs, override(preset("default"), embedder="hash", top_k=50, max_per_source=0))
+    r = eng.retrieve("archive bucket facts")
+    ctx = eng.with_context(r)
+    parents = {h.chunk.doc for h in r.hits[:eng_module.MAX_CONTEXT_HITS]}
+    assert len(r.hits) > eng_module.MAX_CONTEXT_HITS and {h.chunk.doc for h in ctx.context} <= parents
+    seen: list[int] = []
+    real = eng_module.verify_with
+
+    def counting(settings, answer, chunks, **kw):
+        seen.append(len(chunks))
+        return real(settings, answer, chunks, **kw)
+
+    monkeypatch.setattr(eng_module, "verify_with", counting)
+    last = ctx.passages[-1]
+    eng.verify(f"Topic fact. [source: {last.chunk.doc} · chunk {last.chunk.index}]", ctx)
+    assert seen == [eng_module.MAX_VERIFY_PASSAGES + 1]  # the best 16, and the cited one

@@ -20,7 +20,7 @@ from pathlib import Path
 
 import numpy as np
 
-from .augment import build_messages
+from .augment import build_messages, citation, citation_of
 from .chunk import chunk_documents
 from .config import LLMConfig, Settings, override
 from .errors import ConfigError, CorpusError, MicroRAGError
@@ -565,7 +565,7 @@ class Engine:
         have = {(h.chunk.doc, h.chunk.index) for h in retrieval.hits}
         kept_out = {i for i, _ in retrieval.held} | set(retrieval.capped)
         want: dict[tuple[str, int], None] = {}
-        for h in retrieval.hits:
+        for h in retrieval.hits[:MAX_CONTEXT_HITS]:
             for d in range(1, n + 1):
                 for i in (h.chunk.index - d, h.chunk.index + d):
                     if i >= 0 and (h.chunk.doc, i) not in have:
@@ -605,11 +605,17 @@ class Engine:
             return relevance(question, texts, sources, self.index.embedder, retrieval.weight,
                              common=self.index.embedder.vocabulary())
 
-        return verify_with(self.settings, answer, [(h.chunk.id, h.chunk.text) for h in retrieval.passages],
+        # The NLI grid is sentences x passages: checked against the passages the answer cites and
+        # the best MAX_VERIFY_PASSAGES others, so a caller's top_k cannot multiply its cost.
+        passages = [h for n, h in enumerate(retrieval.passages)
+                    if n < MAX_VERIFY_PASSAGES or citation(h) in answer or citation_of(h.chunk.doc, h.chunk.index) in answer]
+        return verify_with(self.settings, answer, [(h.chunk.id, h.chunk.text) for h in passages],
                            question=retrieval.query, relevance_of=relevance_of)
 
 
 MIMIC_DEPTH = 8  # extra hits ranked so that held-back passages can be replaced
+MAX_VERIFY_PASSAGES = 16  # passages every answer sentence is checked against, besides those it cites
+MAX_CONTEXT_HITS = 8  # hits whose neighbours join the answer's context (a top_k of 50 is not 150 passages)
 
 
 def hold_restating(r: Retrieval, top_k: int) -> Retrieval:
