@@ -209,11 +209,7 @@ def main() -> int:
         results = run_qa(engine, items[n])
         s = summarise(results)
         summaries.append((f"{n} ({SETS[n]}, extractive)", s))
-        EXPECTED.mkdir(parents=True, exist_ok=True)
-        (EXPECTED / f"qa-{n}.json").write_text(json.dumps(
-            {"command": f"microrag eval --qa benchmarks/qa/{n}.jsonl {built[n][1]}".strip(),
-             "note": f"corpus: {built[n][2]}; regenerate with python benchmarks/qa_report.py --sets {n}",
-             "summary": {k: round(v, 4) if isinstance(v, float) else v for k, v in s.items()}}, indent=1) + "\n")
+        write_expected(n, s, built[n][1], built[n][2])
         (RESULTS / f"qa-{n}.jsonl").write_text("".join(json.dumps(r.as_dict()) + "\n" for r in results))
         if args.llm:
             llm = LLMConfig.from_env()

@@ -560,8 +560,8 @@ class Engine:
         that restates the question when mimics are held (a planted passage next to a hit
         stays out as it would have as a hit)."""
         n = self.settings.context_chunks
-        if n == 0 or retrieval.refused or not retrieval.hits or retrieval.context:
-            return retrieval
+        if n == 0 or retrieval.refused or not retrieval.hits or retrieval.context is not None:
+            return retrieval  # nothing to add, or fetched already (the server fetches before answering)
         have = {(h.chunk.doc, h.chunk.index) for h in retrieval.hits}
         kept_out = {i for i, _ in retrieval.held} | set(retrieval.capped)
         want: dict[tuple[str, int], None] = {}

@@ -84,7 +84,7 @@ class Retrieval:
     weight: Callable[[str], float] | None = field(default=None, compare=False, repr=False)
     # Chunks next to the hits in their documents (``Engine.with_context``): not ranked and not
     # shown as sources, but quotable, so a fact one sentence past a chunk's edge is in reach.
-    context: list[Hit] = field(default_factory=list)
+    context: list[Hit] | None = None  # None: not fetched yet (an empty list: fetched, none found)
     # The labels the caller's retrieval could read (None: every unreserved one): the context
     # is fetched under the same clearance.
     labels: tuple[str, ...] | None = None
@@ -92,7 +92,7 @@ class Retrieval:
     @property
     def passages(self) -> list[Hit]:
         """What an answer may draw on: the hits, then their neighbours."""
-        return self.hits + self.context
+        return self.hits + (self.context or [])
 
 
 # What an answer says when there is nothing to say - one wording per reason, everywhere.

@@ -151,7 +151,7 @@ class Asking:
         hits = [{"id": h.chunk.id, "hybrid": round(h.hybrid, 4)} for h in r.hits]
         check = cfg.verify if verify is None else verify
         turned = Turned(question, condensed, earlier_turns(turns), r, who, check, deadline, eng, sources, flags,
-                        (safe_query, hits, raw), context=[wire(h) for h in r.context])
+                        (safe_query, hits, raw), context=[wire(h) for h in r.context or []])
         # The audit row goes in before any retrieved text can leave (stream or not), so a
         # client that disconnects after the sources still leaves a trace (red team #5).
         # The lab baseline writes it after the answer, as version one did.
