@@ -91,7 +91,7 @@ def _worst(unit: str, tail: str, conn) -> None:
 
 
 def _best_of(k: int, fn, text: str) -> float:
-    return best_time(lambda: fn(text), repeats=k, stop_after=CEILING_S, collect=False)  # runs in a forked child
+    return best_time(lambda: fn(text), repeats=k, stop_after=CEILING_S, collect=False, floor=0.0)  # runs in a forked child
 
 
 def _measure(unit: str, tail: str, hang_s: float = HANG_S) -> tuple[str, float, float]:

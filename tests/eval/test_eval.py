@@ -52,6 +52,15 @@ def test_default_preset_scores_do_not_move(name, split, cache):
     assert got[key] > by["keyword only"][key] and got[key] > by["embedding only"][key]
 
 
+# How far the same int8 graph's vectors move between CPU kinds of this machine type. The
+# kernels onnxruntime picks differ by instruction set (AVX-512 VNNI on the Xeon, AVX2's u8s8
+# on the EPYC, which saturates), so the vectors differ while the figures hold: each kind
+# measured min cosine 0.9939 (EPYC) and 0.995 (Xeon) against fp32, so two kinds can be up to
+# ~0.011 apart. 0.999 held only on the CPU the cache was made on (it failed on the EPYC).
+# The queries are cached too (eval.retrieval.query_cache), so the scores themselves do not move.
+CROSS_CPU_MIN_COSINE = 0.98
+
+
 def _cache_matches_live_embedder(ds: Dataset, cache_path) -> None:
     from microrag_engine.index.embed import make_embedder
 
@@ -60,7 +69,7 @@ def _cache_matches_live_embedder(ds: Dataset, cache_path) -> None:
     assert len(cached) == len(ds.texts)
     sample = [0, len(ds.texts) // 3, len(ds.texts) - 1]
     live = make_embedder("minilm").embed([ds.texts[i] for i in sample])
-    assert np.all((live * cached[sample]).sum(axis=1) > 0.999)
+    assert np.all((live * cached[sample]).sum(axis=1) > CROSS_CPU_MIN_COSINE)
 
 
 def test_eval_cli_on_a_tiny_beir_folder(tmp_path):

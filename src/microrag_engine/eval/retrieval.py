@@ -111,6 +111,14 @@ def embed_cached(embedder, texts: list[str], cache: Path | None) -> np.ndarray:
     return vectors
 
 
+def query_cache(cache: Path | None, queries: list[str]) -> Path | None:
+    """The file beside ``cache`` that holds these queries' vectors (one per query set)."""
+    if cache is None:
+        return None
+    tag = hashlib.sha256("\x00".join(queries).encode()).hexdigest()[:8]
+    return cache.with_name(f"{cache.stem}.queries-{tag}.npz")
+
+
 class Scorer:
     """Both legs over a dataset, fitted once; raw scores per query, cached."""
 
@@ -120,7 +128,11 @@ class Scorer:
         self.embedder = make_embedder(settings.embedder)
         self.vectors = embed_cached(self.embedder, ds.texts, cache)
         qids = sorted(ds.queries)
-        qvecs = self.embedder.embed([ds.queries[q] for q in qids])
+        qtexts = [ds.queries[q] for q in qids]
+        # The queries are cached beside the documents, so a cached run scores the same on
+        # every CPU: an int8 graph's kernels differ per instruction set (AVX-512 VNNI vs AVX2),
+        # and live query vectors would move the figures by that difference.
+        qvecs = embed_cached(self.embedder, qtexts, query_cache(cache, qtexts))
         self.raw = {q: (self.keyword.scores(ds.queries[q]), self.vectors @ v) for q, v in zip(qids, qvecs)}
 
     def run(self, fusion: str, w_kw: float, rrf_k: int = 60, dynamic: bool = False, depth: int = 100):
