@@ -183,7 +183,10 @@ def test_embeddings_are_the_index_embedder_for_a_string_or_a_list(srv):
     want = make_embedder("minilm").embed(["vpn port", "vacation days"])
     got = np.array([d.embedding for d in many.data], dtype=np.float32)
     assert got.shape == want.shape and np.allclose(got, want, atol=1e-5)
-    assert np.allclose(one.data[0].embedding, want[0], atol=1e-5) and many.model == "minilm"
+    # the reply names the model asked for (#33, 10: it said "minilm" to a client that asked "microrag")
+    assert np.allclose(one.data[0].embedding, want[0], atol=1e-5) and many.model == one.model == "microrag"
+    assert many.model_extra["microrag"] == {"embedder": "minilm"}
+    assert c.embeddings.create(model="minilm", input="x").model == "minilm"
     with pytest.raises(openai.BadRequestError, match="dimensions"):
         c.embeddings.create(model="microrag", input="x", dimensions=12)
     with pytest.raises(openai.NotFoundError, match="text-embedding-3-small"):  # never silently another model's space

@@ -248,7 +248,10 @@ def router(ctx: ServerContext) -> APIRouter:
             return base64.b64encode(v.astype("<f4").tobytes()).decode() if body.encoding_format == "base64" else v.tolist()
 
         tokens = sum(len(t.split()) for t in texts)
-        return {"object": "list", "model": eng.settings.embedder,
+        # The reply names the model the caller asked for, as OpenAI's does: clients match
+        # replies to requests (and cache vectors) by that name. Which embedder made them is
+        # in the microrag field.
+        return {"object": "list", "model": body.model, "microrag": {"embedder": eng.settings.embedder},
                 "data": [{"object": "embedding", "index": i, "embedding": encode(v)} for i, v in enumerate(vectors)],
                 "usage": {"prompt_tokens": tokens, "total_tokens": tokens}}
 
