@@ -73,12 +73,14 @@ ENTRY_POINTS = [("guard.canonical", guard.canonical), ("guard.redact", lambda s:
                 ("guard.injection_check", guard.injection_check)]
 
 
-def _worst(unit: str, tail: str, conn) -> None:
-    """In the child: the worst (name, t_small, t_big) over every pattern and entry point."""
+def _worst(unit: str, tail: str, conn, only: tuple[tuple[str, object], ...] = ()) -> None:
+    """In the child: the worst (name, t_small, t_big) over every pattern and entry point
+    (or over the patterns ``only``)."""
     reps = max(1, N // len(unit))
     small = unit * reps + tail
     big = unit * (GROWTH * reps) + tail
-    calls = [(name, lambda s, p=p: [m.span() for m in p.finditer(s)]) for name, p in PATTERNS] + ENTRY_POINTS
+    calls = [(name, lambda s, p=p: [m.span() for m in p.finditer(s)]) for name, p in (only or PATTERNS)]
+    calls += [] if only else ENTRY_POINTS
     worst = ("", 0.0, 0.0)
     for name, fn in calls:
         t_small, t_big = _best_of(2, fn, small), _best_of(2, fn, big)  # best of 2: a busy core only adds time
@@ -94,10 +96,10 @@ def _best_of(k: int, fn, text: str) -> float:
     return best_time(lambda: fn(text), repeats=k, stop_after=CEILING_S, collect=False, floor=0.0)  # runs in a forked child
 
 
-def _measure(unit: str, tail: str, hang_s: float = HANG_S) -> tuple[str, float, float]:
+def _measure(unit: str, tail: str, hang_s: float = HANG_S, only: tuple = ()) -> tuple[str, float, float]:
     ctx = mp.get_context("fork")
     parent, child = ctx.Pipe(duplex=False)
-    proc = ctx.Process(target=_worst, args=(unit, tail, child))
+    proc = ctx.Process(target=_worst, args=(unit, tail, child, only))
     proc.start()
     if not parent.poll(hang_s):
         proc.kill()
@@ -120,6 +122,26 @@ def test_no_pattern_grows_super_linearly(unit, tail):
     assert t_big <= CEILING_S and (t_big <= FLOOR_S or t_big / max(t_small, 1e-4) <= MAX_RATIO), (
         f"{name}: {N} chars {t_small * 1e3:.1f} ms -> x{GROWTH}: {t_big * 1e3:.1f} ms "
         f"on {unit!r} * n + {tail!r}")
+
+
+def _own_words() -> list[tuple[tuple[str, object], str]]:
+    """(pattern, unit) for each backtracking (``re``) pattern and each literal word of its own
+    followed by a character patterns give meaning to: "read_file(" repeated with no ")" was
+    quadratic in tools.CALL (48 s for 200k characters), and no unit from the alphabet spells a
+    pattern's words."""
+    out = []
+    for name, p in PATTERNS:
+        if isinstance(p, re.Pattern):
+            for word in sorted(set(re.findall(r"(?<![\\])\b[A-Za-z_]{3,}\b", p.pattern))):
+                out += [((name, p), word + after) for after in "( :'"]
+    return out
+
+
+@pytest.mark.parametrize("pattern,unit", _own_words(), ids=lambda v: v if isinstance(v, str) else v[0])
+def test_no_backtracking_pattern_grows_super_linearly_on_its_own_words(pattern, unit):
+    name, t_small, t_big = _measure(unit, "", only=(pattern,))
+    assert t_big <= CEILING_S and (t_big <= FLOOR_S or t_big / max(t_small, 1e-4) <= MAX_RATIO), (
+        f"{name}: {t_small * 1e3:.1f} ms -> x{GROWTH}: {t_big * 1e3:.1f} ms on {unit!r} * n")
 
 
 @pytest.mark.parametrize("text", ["_" * 80 + "aa", "signature: " + "_" * 3000 + " Date:", " " * 32_000 + "[at]x",

@@ -56,6 +56,9 @@ class IngestReport:
     held_files: dict[str, str] = field(default_factory=dict)  # held doc -> the file it came from
     # held docs whose version a reviewer rejected: kept out as decided, not held again (``microrag review``)
     rejected: dict[str, str] = field(default_factory=dict)  # doc -> who rejected it
+    # .jsonl records left out because they name a document another file provides: the rest of
+    # the folder goes in (a third-party file must not block it), these are named, never indexed
+    refused: dict[str, str] = field(default_factory=dict)  # "file: doc" -> why
 
     @property
     def changes(self) -> int:
@@ -67,6 +70,7 @@ class IngestReport:
         gone = f"; {len(self.gone)} document(s) whose files are gone kept (--prune removes them)" if self.gone else ""
         held = f"; {len(self.held)} held by screening, not indexed" if self.held else ""
         held += f"; {len(self.rejected)} kept out, rejected in review" if self.rejected else ""
+        held += f"; {len(self.refused)} record(s) refused" if self.refused else ""
         return (f"{len(self.added)} added, {len(self.changed)} changed, {len(self.unchanged)} unchanged, "
                 f"{len(self.removed)} removed ({self.chunks_written} chunks written{dlp}{gone}{held})")
 
@@ -630,8 +634,13 @@ def ingest_paths(
         old = corpus.existing.get(doc.path)
         return old is not None and old.content_hash == content_hash(doc, settings, digest)
 
+    refused: dict[str, str] = {}
+    named: set[str] = set()  # document ids this run has given out
+
     def counted() -> Iterator[tuple[Source, Path, str]]:
-        for source, path, rel in quick.changed:
+        # .jsonl files last: a file's own path names its document before any record can
+        # claim that name (a record may only name documents of its own file).
+        for source, path, rel in sorted(quick.changed, key=lambda f: f[1].suffix.lower() == ".jsonl"):
             current[:] = [path]
             quick.read(path)
             yield source, path, rel
@@ -643,7 +652,17 @@ def ingest_paths(
             yield doc_id
         files_done[0] += len(quick.unchanged_files)
         for source, d in iter_tagged(((s, path, rel) for s, path, rel in counted()), settings.markup):
-            doc, origin = source_document(source, d, corpus.existing)
+            record_of = dict(d.meta).get("from_file")
+            try:
+                doc, origin = source_document(source, d, corpus.existing)
+                if record_of and doc.path in named:
+                    raise clash(doc.path)
+            except CorpusError as exc:
+                if not record_of:
+                    raise
+                refused[f"{record_of}: {d.path}"] = str(exc)
+                continue
+            named.add(doc.path)
             corpus.loaded.add(doc.path)  # held or not, its file is here: never pruned for it
             reasons = screen(doc, current[0]) if screen is not None and current and not accepted(doc) else []
             if reasons:
@@ -657,7 +676,7 @@ def ingest_paths(
                               extra_meta=corpus.roots, total=len(corpus.files), done=lambda: files_done[0],
                               late_meta=quick.meta)
     report.gone = [] if prune else corpus.missing
-    report.held, report.held_files = held, held_files
+    report.held, report.held_files, report.refused = held, held_files, refused
     return report
 
 

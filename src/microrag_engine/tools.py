@@ -21,7 +21,9 @@ from pathlib import Path
 from . import rx
 from .guard import canonical
 
-CALL = re.compile(r"read_file\(\s*[\"'`]?(?P<path>[^\"'`)]*)[\"'`]?\s*\)")
+# RE2 (``rx``): with ``re`` a long run of "read_file(" with no ")" restarted the path's scan at
+# every occurrence: 48 s of CPU for 200,000 characters (#33 finding 9).
+CALL = rx.compile(r"read_file\(\s*[\"'`]?(?P<path>[^\"'`)]*)[\"'`]?\s*\)")
 
 
 @dataclass(frozen=True)

@@ -283,3 +283,31 @@ def test_a_third_party_chat_client_answers_from_the_index(srv, tmp_path):
     assert "5" in follow.stdout and "handbook/leave.md" in follow.stdout
     rows = srv.call("GET", "/audit?limit=10", "admin").json()
     assert any(r["action"] == "chat" and "conversation: retrieval query (history)" in " ".join(r["flags"]) for r in rows)
+
+
+def test_names_leave_through_the_output_guard_on_every_channel(tmp_path):
+    """#33 finding 4: a file and a collection named like live Stripe keys were echoed verbatim
+    in /v1's Sources block, sources[].doc, chunk ids and model ids, although the same string in
+    a document's text is redacted."""
+    file_key, folder_key = "sk_live_" + "4eC39HqLyjWDarjtT1zdp7dc", "sk_live_" + "9xQ27LmNpRsTuVwXyZaBcDeF"
+    folder = tmp_path / folder_key
+    folder.mkdir()
+    (folder / f"{file_key}.md").write_text("# Billing\n\nRefunds are issued within 14 days to the original card.")
+    store = open_store(tmp_path / "ix")
+    ingest_paths(store, [folder], preset("default"))
+    s = Running(tmp_path, location=str(tmp_path / "ix"), rate_per_minute=100_000, verify=False)
+    try:
+        c = client(s)
+        ids = [m.id for m in c.models.list().data]
+        scoped = next(m for m in ids if m.startswith("microrag/"))
+        r = c.chat.completions.create(model=scoped, messages=[{"role": "user", "content": "how soon are refunds issued?"}])
+        assert "14 days" in r.choices[0].message.content and "Sources:" in r.choices[0].message.content
+        replies = [json.dumps(ids), r.model_dump_json(),
+                   s.call("POST", "/query", "reader", json={"query": "how soon are refunds issued?"}).text,
+                   s.call("POST", "/search", "reader", json={"query": "refunds issued"}).text,
+                   s.call("GET", "/audit", "admin").text]
+        for reply in replies:
+            assert file_key not in reply and folder_key not in reply, reply[:300]
+        assert "refunds" in replies[2].lower() and "14 days" in replies[3]
+    finally:
+        s.stop()

@@ -484,6 +484,29 @@ def test_postgres_remote_engine_filters_in_the_database(tmp_path):
         store.close()
 
 
+def test_a_jsonl_record_naming_a_sibling_file_does_not_block_the_folder(tmp_path):
+    """#33 finding 9: a .jsonl whose record claims password_policy.md made the whole first
+    ingest of the folder exit 2 with 0 documents; now the file keeps its name, the record is
+    refused by name and everything else goes in (exit 1, so a script notices)."""
+    from conftest import run_cli
+
+    kb = tmp_path / "kb"
+    kb.mkdir()
+    (kb / "password_policy.md").write_text("# Passwords\n\nPasswords rotate every 90 days.\n")
+    (kb / "notes.md").write_text("# Notes\n\nThe VPN listens on port 1194.\n")
+    (kb / "a.jsonl").write_text('{"doc": "password_policy.md", "text": "Passwords never rotate."}\n'
+                                '{"doc": "faq.md", "text": "The office opens at nine."}\n')
+    ix = str(tmp_path / "ix")
+    proc = run_cli("ingest", str(kb), "--index", ix, "--preset", "seed")
+    assert proc.returncode == 1 and "Traceback" not in proc.stderr, proc.stderr
+    assert "refused: a.jsonl: password_policy.md" in proc.stdout and "1 record(s) refused" in proc.stdout
+    store = open_store(ix)
+    docs = store.documents()
+    assert {"kb/password_policy.md", "kb/notes.md", "kb/faq.md"} <= set(docs)
+    text = " ".join(c.text for c in store.snapshot().chunks if c.doc == "kb/password_policy.md")
+    assert "90 days" in text and "never rotate" not in text
+
+
 def test_a_jsonl_record_cannot_take_over_another_files_document(tmp_path):
     """Red team #12: {"doc": "hr/salaries.md"} in a third-party .jsonl replaced a restricted
     document and relabelled it public."""
@@ -502,8 +525,8 @@ def test_a_jsonl_record_cannot_take_over_another_files_document(tmp_path):
     # inside the same collection, a record naming another file's document is refused in one line
     (kb / "feed.jsonl").write_text(feed)
     proc = run_cli("ingest", str(kb), "--index", ix, "--preset", "seed")
-    assert proc.returncode != 0 and "Traceback" not in proc.stderr
-    assert "claims document 'kb/hr/salaries.md'" in proc.stderr and len(proc.stderr.strip().splitlines()) == 1
+    assert proc.returncode == 1 and "Traceback" not in proc.stderr  # 1: the rest went in, this record did not
+    assert "refused: feed.jsonl: hr/salaries.md" in proc.stdout and "claims document 'kb/hr/salaries.md'" in proc.stdout
     store = open_store(ix)
     docs = store.documents()
     assert docs["kb/hr/salaries.md"].label == "restricted" and "vendor/hr/salaries.md" in docs

@@ -110,7 +110,7 @@ def cmd_ingest(args: argparse.Namespace) -> int:
                               collection=args.collection, screen=_screen if args.screen else None)
         _queue_held(args, store, report)
         _print(args, {**report.__dict__, "changes": report.changes}, _report_text(args, report))
-        held = bool(report.held)  # exit 1 once the rest is in: a script must notice what was left out
+        held = bool(report.held or report.refused)  # exit 1 once the rest is in: a script must notice what was left out
         if args.watch:
             if not args.quiet:
                 diag(f"watching {', '.join(args.paths)} (Ctrl-C stops)")
@@ -171,6 +171,7 @@ def _report_text(args: argparse.Namespace, report: IngestReport, each: bool = Fa
     held = [f"held: {d}: {'; '.join(why)}" for d, why in sorted(report.held.items())]
     held += [f"kept out: {d}: rejected in review by {who} (a changed file is screened again)"
              for d, who in sorted(report.rejected.items())]
+    held += [f"refused: {what}: {why}" for what, why in sorted(report.refused.items())]
     if report.held:
         held.append("held documents were not indexed: list them with 'microrag review', then 'microrag review release "
                     "FILE' (or reject FILE)")

@@ -38,6 +38,14 @@ def guarded(text: str) -> str:
     return redacted if found else text
 
 
+def shown_name(name: str, ctx: ServerContext) -> str:
+    """A document, chunk or collection name as it may leave the server: through the output
+    guard like any text (a file named like a live key is a secret in a name, #33 finding 4).
+    Every channel that shows a name (sources, chunk ids, citations, the ``/v1`` Sources
+    block, MCP, the audit's hit ids, model ids) takes it from here."""
+    return guarded(name) if ctx.cfg.output_guard and ctx.on.guard_every_channel else name
+
+
 def shown_principal(principal: str, who: Principal) -> str:
     """Who uploaded a source, as ``who`` may see it: the operator's OS account (``operator:root``)
     is the server's business, shown to admins only; to everyone else it is "operator"."""
@@ -139,7 +147,8 @@ class Asking:
         records = eng.records  # loaded with the engine: no store round trip per query
 
         def wire(h: Hit) -> dict:
-            return {"doc": h.chunk.doc, "chunk": h.chunk.index, "id": h.chunk.id, "page": h.chunk.page,
+            return {"doc": shown_name(h.chunk.doc, self.ctx), "chunk": h.chunk.index, "id": shown_name(h.chunk.id, self.ctx),
+                    "page": h.chunk.page,
                     "hybrid": h.hybrid, "kw": h.kw, "em": h.em, "raw_kw": h.raw_kw, "raw_em": h.raw_em,
                     # Chunk text leaves through the same output guard as the answer (red team #10).
                     "text": guarded(h.chunk.text) if cfg.output_guard and on.guard_every_channel else h.chunk.text,
@@ -148,7 +157,7 @@ class Asking:
                     "ingested_at": records[h.chunk.doc].ingested_at if h.chunk.doc in records else ""}
 
         sources = [wire(h) for h in r.hits]
-        hits = [{"id": h.chunk.id, "hybrid": round(h.hybrid, 4)} for h in r.hits]
+        hits = [{"id": shown_name(h.chunk.id, self.ctx), "hybrid": round(h.hybrid, 4)} for h in r.hits]
         check = cfg.verify if verify is None else verify
         turned = Turned(question, condensed, earlier_turns(turns), r, who, check, deadline, eng, sources, flags,
                         (safe_query, hits, raw), context=[wire(h) for h in r.context or []])

@@ -50,7 +50,7 @@ from ..augment import citation_of
 from ..engine import Engine
 from ..errors import MicroRAGError
 from ..types import Chunk, Turn
-from .asking import Asking, guarded
+from .asking import Asking, guarded, shown_name
 from .auth import Principal
 from .context import ServerContext
 from .routes.query import FilterField, FilterGlob, QueryIn, SearchIn
@@ -293,8 +293,9 @@ def build(ctx: ServerContext, caller: Caller) -> MCPServer:
         flags = ["output: redacted"] if shown != text else []
         cfg.state.audit(who.name, "fetch", guard.canonical(safe), [{"id": ident, "chunks": len(chunks)}], "fetched", flags, raw)
         first = chunks[0]
-        cite = citation_of(doc, first.index, first.page) if number is not None else doc
-        return Fetched(id=ident, doc=doc, chunk=number, citation=f"[source: {cite}]", label=rec.label,
+        name = shown_name(doc, ctx)
+        cite = citation_of(name, first.index, first.page) if number is not None else name
+        return Fetched(id=shown_name(ident, ctx), doc=name, chunk=number, citation=f"[source: {cite}]", label=rec.label,
                        text=shown[:FETCH_MAX_CHARS], chunks=len(chunks), truncated=len(shown) > FETCH_MAX_CHARS)
 
     @server.tool(annotations=READ_ONLY, structured_output=True)

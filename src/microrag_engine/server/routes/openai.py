@@ -41,7 +41,7 @@ from ...augment import citation_of
 from ...engine import Answer
 from ...store.base import DocFilter
 from ...types import Turn
-from ..asking import Asking, Turned, guarded
+from ..asking import Asking, Turned, guarded, shown_name
 from ..auth import Principal
 from ..context import ServerContext
 from .query import FilterField, FilterGlob
@@ -136,7 +136,8 @@ def citations_block(turned: Turned, ans: Answer) -> str:
     """The answer's sources as a block any chat client can show (none for a refusal, whoever refused)."""
     if ans.refused or not turned.retrieval.hits:
         return ""
-    lines = [f"[{i}] {citation_of(h.chunk.doc, h.chunk.index, h.chunk.page)}" for i, h in enumerate(turned.retrieval.hits, 1)]
+    # From the wire sources: their names have been through the output guard (asking.shown_name).
+    lines = [f"[{i}] {citation_of(s['doc'], s['chunk'], s['page'])}" for i, s in enumerate(turned.sources, 1)]
     return "\n\nSources:\n" + "\n".join(lines)
 
 
@@ -144,19 +145,23 @@ def router(ctx: ServerContext) -> APIRouter:
     router = APIRouter(prefix="/v1")
     asking = Asking(ctx)
 
-    def visible_collections(who: Principal) -> list[str]:
+    def visible_collections(who: Principal) -> dict[str, str]:
+        """{model-id name as shown: collection} for the collections ``who`` can see. The shown
+        name has been through the output guard (a collection named like a key is not echoed)."""
         eng = ctx.engine
         if eng is None:
-            return []
-        return sorted({r.collection for r in eng.records.values() if r.collection and who.may_read(r.label)})
+            return {}
+        names = sorted({r.collection for r in eng.records.values() if r.collection and who.may_read(r.label)})
+        return {shown_name(c, ctx): c for c in names}
 
     def model_filter(model: str, who: Principal) -> DocFilter | None:
         """The documents a model id stands for; an unknown id is a 404 (as OpenAI's)."""
         if model == MODEL:
             return None
         name = model.removeprefix(MODEL + "/")
-        if model.startswith(MODEL + "/") and name in visible_collections(who):
-            return DocFilter((("collection", _escape_glob(name)),))
+        visible = visible_collections(who)
+        if model.startswith(MODEL + "/") and name in visible:
+            return DocFilter((("collection", _escape_glob(visible[name])),))
         raise HTTPException(404, f"the model {model!r} does not exist; GET /v1/models lists them")
 
     @router.get("/models")

@@ -92,7 +92,7 @@ def sample_questions(pool: list[tuple[str, str]], n: int, rng: random.Random) ->
     """Up to ``n`` questions drawn at random from ``pool`` (``askable_titles``: one per
     document the caller may read), so a page load shows different ones."""
     picked = rng.sample(pool, min(n, len(pool)))
-    return [{"doc": doc, "title": guarded(title),
+    return [{"doc": guarded(doc), "title": guarded(title),
              "question": guarded(title if title.endswith("?") else f"What do the documents say about {title}?")}
             for doc, title in picked]
 
