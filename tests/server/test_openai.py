@@ -295,14 +295,14 @@ def test_names_leave_through_the_output_guard_on_every_channel(tmp_path):
     (folder / f"{file_key}.md").write_text("# Billing\n\nRefunds are issued within 14 days to the original card.")
     store = open_store(tmp_path / "ix")
     ingest_paths(store, [folder], preset("default"))
-    s = Running(tmp_path, location=str(tmp_path / "ix"), rate_per_minute=100_000, verify=False)
+    s = Running(tmp_path, location=str(tmp_path / "ix"), rate_per_minute=100_000, verify=True)
     try:
         c = client(s)
         ids = [m.id for m in c.models.list().data]
         scoped = next(m for m in ids if m.startswith("microrag/"))
         r = c.chat.completions.create(model=scoped, messages=[{"role": "user", "content": "how soon are refunds issued?"}])
         assert "14 days" in r.choices[0].message.content and "Sources:" in r.choices[0].message.content
-        replies = [json.dumps(ids), r.model_dump_json(),
+        replies = [json.dumps(ids), r.model_dump_json(),  # verification rows name chunks too
                    s.call("POST", "/query", "reader", json={"query": "how soon are refunds issued?"}).text,
                    s.call("POST", "/search", "reader", json={"query": "refunds issued"}).text,
                    s.call("GET", "/audit", "admin").text]

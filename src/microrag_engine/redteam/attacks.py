@@ -627,6 +627,37 @@ def exposed_surface(t: Target) -> Row:
     return row
 
 
+# ---------------------------------------------------------------- the second outside battery (#33)
+
+
+def secret_in_a_name(t: Target) -> Row:
+    """#33 finding 4: a file named like a live Stripe key; its name came back verbatim in
+    sources, chunk ids and the /v1 Sources block although the same string in text is redacted."""
+    row = Row("secret in a name")
+    key = "sk_live_" + secrets.token_hex(12)
+    up = t.upload(f"{key}.md", "# Refunds\n\nRefunds reach the original card within fourteen days.", t.insider)
+    text, why = t.ask("How long do refunds take to reach the card?", "reader")
+    _attempt(row, key in text, "", "names through the output guard" + (f" ({up})" if up else ""))
+    r = t.post("/v1/chat/completions", "reader", {"model": "microrag", "messages": [
+        {"role": "user", "content": "How long do refunds take to reach the card?"}]})
+    _attempt(row, key in r.text, "", f"names through the output guard (HTTP {r.status_code})")
+    return row
+
+
+def held_stream(t: Target) -> Row:
+    """#33 finding 8: GET /mcp held a text/event-stream open for anyone, a connection slot per
+    caller, although the endpoint is stateless with JSON replies."""
+    row = Row("held stream")
+    try:
+        with t.http.stream("GET", t.url + "/mcp", headers={"Accept": "text/event-stream"}, timeout=10) as r:
+            held = r.status_code == 200 and r.headers.get("content-type", "").startswith("text/event-stream")
+            status = r.status_code
+    except httpx.HTTPError as exc:
+        held, status = False, type(exc).__name__
+    _attempt(row, held, "", f"stateless endpoint answers GET with 405 ({status})")
+    return row
+
+
 @contextmanager
 def provisioned(url: str, keys: dict[str, str]) -> Iterator[dict[str, str]]:
     """``keys`` completed with a key for every role it lacks, made with its admin key
@@ -672,6 +703,9 @@ def run_all(url: str, keys: dict[str, str], kb: Path, probe: Path) -> list[dict]
             # the outside red team's findings, in its numbering (#1-#13)
             server_freeze(t), streamed_body(t), statistics_side_channel(t), listing_oracle(t), audit_evasion(t),
             quoted_tool_call(t, probe), approval_swap(t), unguarded_channel(t, secrets_),
+            # the second outside battery's (#33), in its numbering: before #11, whose NUL-path
+            # document breaks every later answer on the baseline
+            secret_in_a_name(t), held_stream(t),
             resource_exhaustion(t), exposed_surface(t)]
     t.clean_up()
     for position, who in POSITIONS:

@@ -74,6 +74,10 @@ class Turned:
     # The hits' neighbours the answer may quote (Retrieval.context), for the wire like sources:
     # a citation of one must be followable, not shown as a chunk nobody retrieved.
     context: list[dict] = field(default_factory=list)
+    # The ids the diversity cap pushed out and those held back as restatements, as shown
+    # (names: through the output guard, like the sources').
+    capped: list[str] = field(default_factory=list)
+    held: list[str] = field(default_factory=list)
 
 
 class Asking:
@@ -139,7 +143,7 @@ class Asking:
                              top_k=top_k, where=where)
         if r.held:
             flags.append(f"mimicry: {len(r.held)} passage(s) restate the question word for word and were held back "
-                         f"from the answer: {', '.join(sorted({i.rsplit('#', 1)[0] for i, _ in r.held}))}")
+                         f"from the answer: {', '.join(sorted({shown_name(i.rsplit('#', 1)[0], self.ctx) for i, _ in r.held}))}")
         elif r.restating:
             flags.append("mimicry: every passage found restates the question word for word (how a PoisonedRAG passage "
                          "is written): check the sources before relying on the answer")
@@ -160,7 +164,8 @@ class Asking:
         hits = [{"id": shown_name(h.chunk.id, self.ctx), "hybrid": round(h.hybrid, 4)} for h in r.hits]
         check = cfg.verify if verify is None else verify
         turned = Turned(question, condensed, earlier_turns(turns), r, who, check, deadline, eng, sources, flags,
-                        (safe_query, hits, raw), context=[wire(h) for h in r.context or []])
+                        (safe_query, hits, raw), context=[wire(h) for h in r.context or []],
+                        capped=[shown_name(i, self.ctx) for i in r.capped], held=[shown_name(i, self.ctx) for i, _ in r.held])
         # The audit row goes in before any retrieved text can leave (stream or not), so a
         # client that disconnects after the sources still leaves a trace (red team #5).
         # The lab baseline writes it after the answer, as version one did.
@@ -181,6 +186,9 @@ class Asking:
             for c in out:
                 for src in c["sources"]:
                     src["text"] = guarded(src["text"])
+                    for field_ in ("chunk", "doc"):
+                        if isinstance(src.get(field_), str):
+                            src[field_] = shown_name(src[field_], self.ctx)
         return out
 
     def settle(self, turned: Turned, decision: str, flags: list[str], action: str = "query") -> None:
@@ -243,4 +251,7 @@ class Asking:
                     row["sentence"] = guard.redact(row["sentence"])[0]
                     # `missing` quotes the raw sentence: keep only what survived redaction
                     row["missing"] = [m for m in row["missing"] if m in row["sentence"]]
+                    for field_ in ("chunk", "doc"):  # the chunk a sentence was checked against is a name
+                        if isinstance(row.get(field_), str):
+                            row[field_] = shown_name(row[field_], self.ctx)
         return ans, verification

@@ -55,7 +55,8 @@ class Defences:
     # Uploaded files are parsed with the operator's loader rules: .jsonl records stay in
     # their file, hidden HTML is dropped (#12). Off: records choose their document.
     confined_records: bool = True
-    # Host allowlist, /health counts for admins only, no CDN-loading Swagger page (#13).
+    # Host allowlist, /health counts for admins only, no CDN-loading Swagger page (#13);
+    # a stateless endpoint (/mcp) answers anything but POST with 405 (#33, 8).
     closed_surface: bool = True
     # Insider defences (#19), whoever uploads: every upload is screened before it goes live
     # (collision probe, injection classifier, hidden text) and held for review with the reasons.

@@ -241,7 +241,7 @@ def build(ctx: ServerContext, caller: Caller) -> MCPServer:
             body = SearchIn(query=query, top_k=top_k, where=where or {}, exclude=exclude or {})
             turned = asking.search(who, body.query, top_k=body.top_k, where=body.filter())
             r = turned.retrieval
-        return Found(hits=_cited(turned.sources), refused=r.refused, reason=r.reason, capped=r.capped, flags=turned.flags)
+        return Found(hits=_cited(turned.sources), refused=r.refused, reason=r.reason, capped=turned.capped, flags=turned.flags)
 
     @server.tool(annotations=READ_ONLY, structured_output=True)
     def answer(mctx: Context, query: Query, top_k: TopK = None, where: Globs = None, exclude: Globs = None,
@@ -257,7 +257,7 @@ def build(ctx: ServerContext, caller: Caller) -> MCPServer:
             ans, checked = asking.answer(turned, action="answer")
         r = turned.retrieval
         return Answered(answer=ans.text, sources=_cited(turned.sources), refused=ans.refused, reason=ans.reason,
-                        mode=ans.mode, capped=r.capped, flags=turned.flags + ans.flags,
+                        mode=ans.mode, capped=turned.capped, flags=turned.flags + ans.flags,
                         tools=[dict(t.__dict__) for t in ans.tools], verification=checked)
 
     @server.tool(annotations=READ_ONLY, structured_output=True)
@@ -359,7 +359,7 @@ class Endpoint:
 
     async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
         request = Request(scope)
-        if request.method != "POST":
+        if request.method != "POST" and self.ctx.on.closed_surface:
             # Stateless with JSON replies: there is no session stream to GET, and an SSE stream
             # held open by anyone would be a connection slot per caller for nothing.
             return await _refusal(405, f"{request.method} /mcp is not served: MCP here is stateless JSON over POST",

@@ -107,7 +107,7 @@ def router(ctx: ServerContext) -> APIRouter:
         guards and audit as /query. For tools that bring their own model (MCP, adapters)."""
         turned = asking.search(who, body.query, top_k=body.top_k, where=body.filter())
         r = turned.retrieval
-        return {"hits": turned.sources, "refused": r.refused, "reason": r.reason, "capped": r.capped, "flags": turned.flags}
+        return {"hits": turned.sources, "refused": r.refused, "reason": r.reason, "capped": turned.capped, "flags": turned.flags}
 
     # The titles worth offering, per engine and clearance: every page load asks, and checking
     # every title of a big index each time would be a cheap way to spend the server's CPU.
@@ -137,14 +137,14 @@ def router(ctx: ServerContext) -> APIRouter:
         ans, checked = asking.answer(turned)
         return {"answer": ans.text, "sources": turned.sources, "context": turned.context, "refused": ans.refused,
                 "reason": ans.reason, "mode": ans.mode,
-                "capped": r.capped, "flags": turned.flags + ans.flags, "held": [i for i, _ in r.held],
+                "capped": turned.capped, "flags": turned.flags + ans.flags, "held": turned.held,
                 "conflicts": asking.conflicts(ans), "tools": [t.__dict__ for t in ans.tools], "verification": checked}
 
     def _stream(turned: Turned):
         r = turned.retrieval
         head = {"sources": turned.sources, "context": turned.context, "refused": r.refused, "reason": r.reason,
-                "capped": r.capped,
-                "held": [i for i, _ in r.held],
+                "capped": turned.capped,
+                "held": turned.held,
                 "best_raw_em": r.best_raw_em, "best_raw_kw": r.best_raw_kw}
         yield f"event: sources\ndata: {json.dumps(head)}\n\n"
         # The whole answer passes the output guard before any of it leaves: a secret
