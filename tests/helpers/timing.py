@@ -6,7 +6,6 @@ import math
 import time
 from collections.abc import Callable
 
-
 # Each timing covers at least this much CPU work: a call of 1.5 ms measured 30 ms once on a
 # busy AMD machine (x20 for x4 the input), because at millisecond scale a cache flush or a
 # frequency step is the whole measurement. Repeating the call until the floor is covered

@@ -651,7 +651,7 @@ def held_stream(t: Target) -> Row:
     try:
         with t.http.stream("GET", t.url + "/mcp", headers={"Accept": "text/event-stream"}, timeout=10) as r:
             held = r.status_code == 200 and r.headers.get("content-type", "").startswith("text/event-stream")
-            status = r.status_code
+            status = f"HTTP {r.status_code}"
     except httpx.HTTPError as exc:
         held, status = False, type(exc).__name__
     _attempt(row, held, "", f"stateless endpoint answers GET with 405 ({status})")

@@ -255,7 +255,6 @@ def build(ctx: ServerContext, caller: Caller) -> MCPServer:
             turned = asking.start(who, [Turn("user", body.query)], top_k=body.top_k, where=body.filter(), verify=body.verify,
                                   action="answer")
             ans, checked = asking.answer(turned, action="answer")
-        r = turned.retrieval
         return Answered(answer=ans.text, sources=_cited(turned.sources), refused=ans.refused, reason=ans.reason,
                         mode=ans.mode, capped=turned.capped, flags=turned.flags + ans.flags,
                         tools=[dict(t.__dict__) for t in ans.tools], verification=checked)

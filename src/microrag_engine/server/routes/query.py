@@ -133,7 +133,6 @@ def router(ctx: ServerContext) -> APIRouter:
         turned = asking.start(who, turns, top_k=body.top_k, where=body.filter(), verify=body.verify)
         if body.stream:
             return StreamingResponse(_stream(turned), media_type="text/event-stream")
-        r = turned.retrieval
         ans, checked = asking.answer(turned)
         return {"answer": ans.text, "sources": turned.sources, "context": turned.context, "refused": ans.refused,
                 "reason": ans.reason, "mode": ans.mode,
