@@ -42,11 +42,13 @@ from .index.embed import Embedder, make_embedder
 from .ingest import (
     COMMIT_CHUNKS,
     Corpus,
+    Held,
     Ingestion,
     IngestReport,
     Plan,
     Prepared,
     QuickCheck,
+    Screen,
     Source,
     Ticker,
     attach_vectors,
@@ -143,7 +145,7 @@ class ShardResult:
     """What a prepare task hands back: per document, its id (unchanged) or its ``Prepared``
     chunks; what the loader warned about; which process did it."""
 
-    items: list[Prepared | str]
+    items: list[Prepared | str | Held]
     warnings: list[str]
     worker: str
 
@@ -152,7 +154,8 @@ _PLANS: dict[str, Plan] = {}  # per worker process: the plan of the ingest it wo
 _EMBEDDERS: dict[str, Embedder] = {}  # per worker process: loading a model costs ~0.5 s
 
 
-def prepare_shard(shard: list[tuple[Source, Path, str]], plan_box: list[Any], die_marker: str = "") -> ShardResult:
+def prepare_shard(shard: list[tuple[Source, Path, str]], plan_box: list[Any], die_marker: str = "",
+                  screen: Screen | None = None) -> ShardResult:
     """A Ray task: ``prepare_files`` over ``shard``. The plan comes as a reference in a list (so
     Ray does not fetch it for every task) and is fetched once per worker process."""
     _maybe_die(die_marker)
@@ -162,7 +165,7 @@ def prepare_shard(shard: list[tuple[Source, Path, str]], plan_box: list[Any], di
         _PLANS.clear()
         plan = _PLANS[ref.hex()] = _ray().get(ref)
     with _warnings() as warned:
-        items = prepare_files(shard, plan, _embedder(plan.settings.embedder).count_tokens)
+        items = prepare_files(shard, plan, _embedder(plan.settings.embedder).count_tokens, screen)
     return ShardResult(items, warned, _me())
 
 
@@ -227,9 +230,11 @@ def ingest_cluster(
     collection: str | None = None,
     files_per_task: int = 0,
     commit_chunks: int = COMMIT_CHUNKS,
+    screen: Screen | None = None,
 ) -> ClusterReport:
     """``ingest_paths`` with the loading, chunking and embedding done by Ray tasks on the
-    cluster ``connect`` joined; this process writes. Same arguments, same resulting index."""
+    cluster ``connect`` joined; this process writes. Same arguments, same resulting index:
+    ``screen`` runs on the workers, on the same document and file a local ingest screens."""
     ray = _ray()
     if not ray.is_initialized():
         raise MicroRAGError("not connected to a Ray cluster: call cluster.connect(address) first")
@@ -239,8 +244,8 @@ def ingest_cluster(
     embedder = make_embedder(settings.embedder)
     run = Ingestion(store, settings, embedder.dim, label, principal, corpus.roots,
                     commit_chunks=test_commit or commit_chunks)
-    # Every file goes in (no screening here), so each one's signature is recorded as a local
-    # ingest records it: the next local run skips what this one stored.
+    # Each file's signature is recorded as a local ingest records it (the next local run skips
+    # what this one stored); a held file's is dropped once its verdict comes back.
     quick = QuickCheck(store.meta(), corpus, file_policy(settings, embedder.digest, label))
     for _, path, _ in corpus.files:
         quick.read(path)
@@ -250,10 +255,12 @@ def ingest_cluster(
                             "add workers with: ray start --address HEAD:PORT")
     size = files_per_task or max(1, min(MAX_FILES_PER_TASK, math.ceil(len(corpus.files) / (TASKS_PER_CPU * cpus))))
     shards = [corpus.files[i:i + size] for i in range(0, len(corpus.files), size)]
-    flow = _Flow(ray, run, corpus, shards, 2 * cpus, die_marker)
+    flow = _Flow(ray, run, corpus, shards, 2 * cpus, die_marker, screen)
     ticker = Ticker(progress, len(corpus.files), "file")
     try:
         flow.run(ticker)
+        for held in flow.held.values():
+            quick.held(Path(held.file))
         report = run.finish(_still_gone(corpus.deletions(prune), corpus), quick.meta())
     except BaseException:
         flow.cancel()
@@ -263,6 +270,8 @@ def ingest_cluster(
         ticker.close()
     out = ClusterReport(**vars(report), tasks=flow.tasks, workers=sorted(flow.workers))
     out.gone = [] if prune else corpus.missing
+    out.held = {d: h.reasons for d, h in flow.held.items()}
+    out.held_files = {d: h.file for d, h in flow.held.items()}
     return out
 
 
@@ -274,7 +283,7 @@ class _Flow:
     ``window`` tasks of each kind are in flight or waiting to be taken: memory is bounded."""
 
     def __init__(self, ray: Any, run: Ingestion, corpus: Corpus, shards: list[list[tuple[Source, Path, str]]],
-                 window: int, die_marker: str) -> None:
+                 window: int, die_marker: str, screen: Screen | None = None) -> None:
         self.ray, self.ingestion, self.corpus, self.shards, self.window, self.die = ray, run, corpus, shards, window, die_marker
         opts = {"num_cpus": 1, "max_retries": MAX_RETRIES, "retry_exceptions": False}
         self.prepare = ray.remote(prepare_shard).options(**opts)
@@ -290,6 +299,8 @@ class _Flow:
         self.seen: set[str] = set()
         self.workers: set[str] = set()
         self.said: set[str] = set()
+        self.screen = screen
+        self.held: dict[str, Held] = {}
 
     def run(self, ticker: Ticker) -> None:
         ray = self.ray
@@ -303,7 +314,7 @@ class _Flow:
                 self.tasks += 1
             while (self.sent < len(self.shards) and self.sent - self.taken < self.window
                    and len(self.queued) < self.window):
-                self.pending[self.prepare.remote(self.shards[self.sent], self.plan_box, self.die)] = ("prepare", self.sent)
+                self.pending[self.prepare.remote(self.shards[self.sent], self.plan_box, self.die, self.screen)] = ("prepare", self.sent)
                 self.sent += 1
                 self.tasks += 1
             if not self.pending:
@@ -338,6 +349,10 @@ class _Flow:
                 self.said.add(line)
                 log.warning("%s", line)
         for item in result.items:
+            if isinstance(item, Held):  # its file is here: loaded (never pruned for it), not written
+                self.corpus.loaded.add(item.doc)
+                self.held[item.doc] = item
+                continue
             doc = item if isinstance(item, str) else item.record.doc
             if doc in self.seen:
                 raise clash(doc)

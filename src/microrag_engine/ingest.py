@@ -809,14 +809,37 @@ class Corpus:
         return self.missing if prune else []
 
 
+@dataclass(frozen=True)
+class Held:
+    """A document screening kept out (``prepare_files`` with a screen): why, and its file."""
+
+    doc: str
+    reasons: list[str]
+    file: str
+
+
 def prepare_files(files: Iterable[tuple[Source, Path, str]], plan: Plan,
-                  count_tokens: Callable[[str], int]) -> list[Prepared | str]:
+                  count_tokens: Callable[[str], int], screen: Screen | None = None) -> list[Prepared | str | Held]:
     """Load, map, guard and chunk ``files`` (the part of ``ingest_paths`` before embedding, for
-    a worker elsewhere): per document in order, its id if unchanged, else its ``Prepared``.
+    a worker elsewhere): per document in order, its id if unchanged, its ``Held`` verdict when
+    ``screen`` keeps it out (as ``ingest_paths`` screens), else its ``Prepared``.
     Reads files, writes nothing; ``attach_vectors`` finishes what ``embed_prepared`` would."""
-    out: list[Prepared | str] = []
-    for source, d in iter_tagged(((s, path, rel) for s, path, rel in files), plan.settings.markup):
+    out: list[Prepared | str | Held] = []
+    current: list[Path] = []
+
+    def tagged() -> Iterator[tuple[Source, Path, str]]:
+        for s, path, rel in files:
+            current[:] = [path]
+            yield s, path, rel
+
+    for source, d in iter_tagged(tagged(), plan.settings.markup):
         doc, origin = source_document(source, d, plan.existing)
+        old = plan.existing.get(doc.path)
+        taken = old is not None and old.content_hash == content_hash(doc, plan.settings, plan.digest)
+        reasons = screen(doc, current[0]) if screen is not None and current and not taken else []
+        if reasons:
+            out.append(Held(doc.path, reasons, str(current[0].resolve())))
+            continue
         ready = plan.prepare(doc, origin, count_tokens)
         out.append(doc.path if ready is None else ready)
     return out

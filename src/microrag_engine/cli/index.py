@@ -92,9 +92,6 @@ def cmd_ingest(args: argparse.Namespace) -> int:
         if args.target or args.watch:
             raise MicroRAGError(f"--cluster writes a local index or database: it does not go with "
                                 f"{'--target' if args.target else '--watch'}")
-        if args.screen:
-            raise MicroRAGError("--cluster does not screen files yet (hidden text, stuffing, injection): add --no-screen "
-                                "to ingest them unscreened, or ingest without --cluster")
         return _ingest_cluster(args)
     client = client_for(args)
     if client is not None:
@@ -135,13 +132,15 @@ def _ingest_cluster(args: argparse.Namespace) -> int:
         try:
             settings = override(settings_for(args, args.preset or preset_for(store.meta())), dlp=args.dlp)
             report = cluster.ingest_cluster(store, args.paths, settings, label=args.label, prune=args.prune,
-                                            progress=_progress(args), collection=args.collection)
+                                            progress=_progress(args), collection=args.collection,
+                                            screen=_screen if args.screen else None)
+            _queue_held(args, store, report)
         finally:
             store.close()
     finally:
         cluster.disconnect()
     _print(args, {**report.__dict__, "changes": report.changes}, _report_text(args, report))
-    return 0
+    return 1 if report.held else 0  # as a local ingest: the rest is in, a script must notice what was not
 
 
 def _progress(args: argparse.Namespace) -> bool | Callable[[int, int], None]:
