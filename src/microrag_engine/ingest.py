@@ -630,9 +630,7 @@ def ingest_paths(
     quick = QuickCheck(store.meta(), corpus, file_policy(settings, digest, label))
 
     def accepted(doc: Document) -> bool:
-        """Stored as it is now (a held file taken with --no-screen earlier): not screened again."""
-        old = corpus.existing.get(doc.path)
-        return old is not None and old.content_hash == content_hash(doc, settings, digest)
+        return stored_as_is(doc, corpus.existing, settings, digest)
 
     refused: dict[str, str] = {}
     named: set[str] = set()  # document ids this run has given out
@@ -809,6 +807,12 @@ class Corpus:
         return self.missing if prune else []
 
 
+def stored_as_is(doc: Document, existing: dict[str, DocRecord], settings: Settings, digest: str) -> bool:
+    """Stored as it is now (a held file taken with --no-screen earlier): not screened again."""
+    old = existing.get(doc.path)
+    return old is not None and old.content_hash == content_hash(doc, settings, digest)
+
+
 @dataclass(frozen=True)
 class Held:
     """A document screening kept out (``prepare_files`` with a screen): why, and its file."""
@@ -834,8 +838,7 @@ def prepare_files(files: Iterable[tuple[Source, Path, str]], plan: Plan,
 
     for source, d in iter_tagged(tagged(), plan.settings.markup):
         doc, origin = source_document(source, d, plan.existing)
-        old = plan.existing.get(doc.path)
-        taken = old is not None and old.content_hash == content_hash(doc, plan.settings, plan.digest)
+        taken = stored_as_is(doc, plan.existing, plan.settings, plan.digest)
         reasons = screen(doc, current[0]) if screen is not None and current and not taken else []
         if reasons:
             out.append(Held(doc.path, reasons, str(current[0].resolve())))

@@ -46,6 +46,13 @@ def shown_name(name: str, ctx: ServerContext) -> str:
     return guarded(name) if ctx.cfg.output_guard and ctx.on.guard_every_channel else name
 
 
+def _show_names(row: dict, ctx: ServerContext) -> None:
+    """A wire row's ``chunk`` and ``doc`` names, in place, as they may leave (``shown_name``)."""
+    for key in ("chunk", "doc"):
+        if isinstance(row.get(key), str):
+            row[key] = shown_name(row[key], ctx)
+
+
 def shown_principal(principal: str, who: Principal) -> str:
     """Who uploaded a source, as ``who`` may see it: the operator's OS account (``operator:root``)
     is the server's business, shown to admins only; to everyone else it is "operator"."""
@@ -186,9 +193,7 @@ class Asking:
             for c in out:
                 for src in c["sources"]:
                     src["text"] = guarded(src["text"])
-                    for field_ in ("chunk", "doc"):
-                        if isinstance(src.get(field_), str):
-                            src[field_] = shown_name(src[field_], self.ctx)
+                    _show_names(src, self.ctx)
         return out
 
     def settle(self, turned: Turned, decision: str, flags: list[str], action: str = "query") -> None:
@@ -251,7 +256,5 @@ class Asking:
                     row["sentence"] = guard.redact(row["sentence"])[0]
                     # `missing` quotes the raw sentence: keep only what survived redaction
                     row["missing"] = [m for m in row["missing"] if m in row["sentence"]]
-                    for field_ in ("chunk", "doc"):  # the chunk a sentence was checked against is a name
-                        if isinstance(row.get(field_), str):
-                            row[field_] = shown_name(row[field_], self.ctx)
+                    _show_names(row, self.ctx)  # the chunk a sentence was checked against is a name
         return ans, verification
