@@ -227,14 +227,34 @@ def test_a_driver_killed_mid_run_leaves_whole_documents_and_a_rerun_finishes(clu
     assert run_cli("check", "--index", ours).returncode == 0
 
 
-def test_two_inputs_for_one_document_are_refused_as_locally(cluster, tmp_path, locations):
+def test_a_record_claiming_another_inputs_document_is_refused_as_locally(cluster, tmp_path, locations):
+    """#33 (9): a record naming a document another input gave out failed the whole cluster run
+    (exit 2, nothing in); as a local ingest does, the record is refused by name, the rest goes in
+    and the exit code is 1. Files are read before records, whichever shard holds them."""
     root = tmp_path / "dups"
     root.mkdir()
     for name in ("a.jsonl", "b.jsonl"):  # two files whose records both claim the document "same"
         (root / name).write_text(json.dumps({"doc": "same", "id": "same#0", "text": f"from {name}"}) + "\n")
-    done = ray_ingest(cluster, locations("ray"), root)
-    assert done.returncode == 2 and "two inputs both map to document 'dups/same'" in done.stderr
-    assert len(done.stderr.strip().splitlines()) == 1
+    # a record that claims the Markdown file's own document, in a .jsonl sorted before it
+    (root / "0.jsonl").write_text(json.dumps({"doc": "policy.md", "text": "Passwords never rotate."}) + "\n")
+    (root / "policy.md").write_text("# Policy\n\nPasswords rotate every 90 days.\n")
+    ours, ref = locations("ray"), locations("local")
+    done = ray_ingest(cluster, ours, root)
+    assert done.returncode == 1, done.stderr
+    store = open_store(ref, create=True)
+    try:
+        mine = ingest_paths(store, [root], SEED)
+    finally:
+        store.close()
+    refused = json.loads(done.stdout)["refused"]
+    assert refused == mine.refused and sorted(refused) == ["0.jsonl: policy.md", "b.jsonl: same"], refused
+    assert_same_index(ours, ref)
+    text = " ".join(c.text for c in _snapshot(ours).chunks if c.doc == "dups/policy.md")
+    assert "90 days" in text and "never rotate" not in text
+    # a record naming a document an earlier run indexed from another file: refused on the worker
+    (root / "c.jsonl").write_text(json.dumps({"doc": "policy.md", "text": "Passwords are optional."}) + "\n")
+    again = ray_ingest(cluster, ours, root)
+    assert again.returncode == 1 and "c.jsonl: policy.md" in json.loads(again.stdout)["refused"], again.stdout
 
 
 def test_an_unreachable_cluster_is_one_line_and_writes_nothing(tmp_path, locations):

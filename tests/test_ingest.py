@@ -2,16 +2,22 @@
 
 from __future__ import annotations
 
+import re
 from pathlib import Path
 
 import pytest
+from hypothesis import given
+from hypothesis import settings as hsettings
+from hypothesis import strategies as st
 
 from microrag_engine.config import preset
 from microrag_engine.engine import Engine
 from microrag_engine.errors import CorpusError
-from microrag_engine.ingest import ingest_paths
-from microrag_engine.store.base import DocFilter
+from microrag_engine.ingest import filterable, guarded, ingest_paths
+from microrag_engine.load.base import MAX_FRONT_MATTER_KEYS, split_front_matter
+from microrag_engine.store.base import FIELD_NAME, MAX_FIELD_CHARS, MAX_FIELDS, DocFilter, DocRecord
 from microrag_engine.store.sqlite import SQLiteStore
+from microrag_engine.types import Document
 
 SEED = preset("seed")
 DEFAULT = preset("default")
@@ -389,3 +395,50 @@ def test_front_matter_goes_through_dlp_so_a_filter_cannot_recover_a_secret(tmp_p
     for glob in ("zq7*", "zq7vtr4kwm", "*4kwm"):
         assert engine.select(DocFilter((("db_password", glob),))) == set()
     assert engine.select(DocFilter((("owner", "platform"),))) == {"db.md"}  # a plain field still filters
+
+
+SECRET_FIELDS = st.sampled_from(["db_password", "password", "api_key", "secret", "token", "owner", "notes"])
+VALUES = st.one_of(st.text(alphabet="abcdefghijklmnopqrstuvwxyz0123456789", min_size=6, max_size=24),
+                   st.from_regex(r"AKIA[0-9A-Z]{16}", fullmatch=True),
+                   st.from_regex(r"sk_live_[0-9a-zA-Z]{24}", fullmatch=True),
+                   st.sampled_from(["platform", "the data team", "changeme", "hunter2"]))
+
+
+@given(key=SECRET_FIELDS, value=VALUES, cut=st.integers(1, 24))
+@hsettings(max_examples=60, deadline=None)
+def test_a_filter_reads_no_more_of_a_front_matter_field_than_the_text_shows(key, value, cut):
+    """#33 (1), by construction: a front-matter field is stored as DLP leaves the same line in the
+    body, so whatever a glob on it can tell (prefix, suffix, middle, exact), the text tells too."""
+    settings = preset("default")
+    stored, _, _ = guarded(Document("db.md", "# Database\n\nIt runs nightly.", meta=((key, value),)), settings)
+    as_text, _, _ = guarded(Document("line.md", f"{key}: {value}"), settings)
+    shown = as_text.text.removeprefix(f"{key}: ")
+    record = DocRecord("db.md", "h", meta=filterable(stored.meta))
+    assert record.values(key) == [shown[:MAX_FIELD_CHARS]]
+    if value not in as_text.text:  # the text hides it: so does the field, and no glob holding it matches
+        assert value not in record.values(key)[0]
+        for glob in (value, f"{value}*", f"*{value}", f"*{value[cut % len(value):]}", f"{value[:cut]}?*"):
+            if len(glob.strip("*?")) >= 4:  # a glob of a few letters may match the redaction marker itself
+                assert not DocFilter(((key, glob),)).admits(record), glob
+
+
+FM_KEYS = st.text(alphabet="abcdefghijklmnopqrstuvwxyz_-. 0123456789ABC", min_size=1, max_size=90).filter(str.strip)
+FM_VALUES = st.text(alphabet=st.characters(blacklist_categories=("Cs", "Zl", "Zp", "Cc")), max_size=1200)
+
+
+@given(pairs=st.lists(st.tuples(FM_KEYS, FM_VALUES), max_size=200), titled=st.booleans())
+@hsettings(max_examples=40, deadline=None)
+def test_front_matter_of_any_size_keeps_a_bounded_set_of_filter_fields(pairs, titled):
+    """#33: front matter is the file author's to size; what is kept of it is bounded: at most
+    MAX_FRONT_MATTER_KEYS keys read, at most MAX_FIELDS filter fields (the title always among
+    them), names a filter can ask for, values cut at MAX_FIELD_CHARS."""
+    front = "".join(f"{k}: {v}\n" for k, v in pairs)
+    meta, body = split_front_matter(f"---\n{front}---\n# Title\n\nBody.")
+    assert len(meta) <= MAX_FRONT_MATTER_KEYS and body.endswith("Body.")
+    if titled:  # as the ingest adds it: the front matter's own title, else the document's
+        meta.setdefault("title", "Title")
+    fields = filterable(tuple(meta.items()))
+    assert len(fields) <= MAX_FIELDS
+    assert all(re.fullmatch(FIELD_NAME, k) and len(v) <= MAX_FIELD_CHARS for k, v in fields)
+    if "title" in meta and re.fullmatch(FIELD_NAME, "title"):
+        assert ("title", meta["title"][:MAX_FIELD_CHARS]) in fields

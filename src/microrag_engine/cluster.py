@@ -48,6 +48,7 @@ from .ingest import (
     Plan,
     Prepared,
     QuickCheck,
+    Refused,
     Screen,
     Source,
     Ticker,
@@ -145,7 +146,7 @@ class ShardResult:
     """What a prepare task hands back: per document, its id (unchanged) or its ``Prepared``
     chunks; what the loader warned about; which process did it."""
 
-    items: list[Prepared | str | Held]
+    items: list[Prepared | str | Held | Refused]
     warnings: list[str]
     worker: str
 
@@ -254,7 +255,10 @@ def ingest_cluster(
         raise MicroRAGError("the Ray cluster has no CPUs for tasks (a head started with --num-cpus=0 and no workers?); "
                             "add workers with: ray start --address HEAD:PORT")
     size = files_per_task or max(1, min(MAX_FILES_PER_TASK, math.ceil(len(corpus.files) / (TASKS_PER_CPU * cpus))))
-    shards = [corpus.files[i:i + size] for i in range(0, len(corpus.files), size)]
+    # .jsonl files last, as a local ingest reads them: a file's own path names its document
+    # before any record can claim that name.
+    files = sorted(corpus.files, key=lambda f: f[1].suffix.lower() == ".jsonl")
+    shards = [files[i:i + size] for i in range(0, len(files), size)]
     flow = _Flow(ray, run, corpus, shards, 2 * cpus, die_marker, screen)
     ticker = Ticker(progress, len(corpus.files), "file")
     try:
@@ -272,6 +276,7 @@ def ingest_cluster(
     out.gone = [] if prune else corpus.missing
     out.held = {d: h.reasons for d, h in flow.held.items()}
     out.held_files = {d: h.file for d, h in flow.held.items()}
+    out.refused = flow.refused
     return out
 
 
@@ -301,6 +306,7 @@ class _Flow:
         self.said: set[str] = set()
         self.screen = screen
         self.held: dict[str, Held] = {}
+        self.refused: dict[str, str] = {}  # "file: doc" -> why, as IngestReport.refused
 
     def run(self, ticker: Ticker) -> None:
         ray = self.ray
@@ -353,7 +359,13 @@ class _Flow:
                 self.corpus.loaded.add(item.doc)
                 self.held[item.doc] = item
                 continue
+            if isinstance(item, Refused):
+                self.refused[item.what] = item.why
+                continue
             doc = item if isinstance(item, str) else item.record.doc
+            if doc in self.seen and not isinstance(item, str) and item.named_by:
+                self.refused[item.named_by] = str(clash(doc))  # a record's claim: refused, the rest goes in
+                continue
             if doc in self.seen:
                 raise clash(doc)
             self.seen.add(doc)

@@ -36,7 +36,7 @@ from .config import Settings
 from .errors import ConfigError, CorpusError
 from .index.embed import Embedder, make_embedder
 from .load import SUPPORTED, iter_files, iter_tagged
-from .store.base import BOUND_SETTINGS, DocRecord, DocUpdate, Store
+from .store.base import BOUND_SETTINGS, FIELD_NAME, MAX_FIELD_CHARS, MAX_FIELDS, DocRecord, DocUpdate, Store
 from .types import Chunk, Document
 
 
@@ -216,8 +216,22 @@ def collection_of(doc_id: str, roots: dict[str, str]) -> str:
 _NOT_FILTERS = frozenset({"from_file", "pages", "label", "sensitivity"})
 
 
-def _filterable(meta: tuple[tuple[str, str], ...]) -> tuple[tuple[str, str], ...]:
-    return tuple((k, v[:500]) for k, v in meta if k not in _NOT_FILTERS)
+_FIELD_NAME = rx.compile(FIELD_NAME)
+
+
+def filterable(meta: tuple[tuple[str, str], ...]) -> tuple[tuple[str, str], ...]:
+    """The filter fields a document keeps of its meta: names a filter can ask for, at most
+    ``MAX_FIELDS`` of them (the title always kept), each value cut at ``MAX_FIELD_CHARS``."""
+    kept, others = [], 0
+    for k, v in meta:
+        if k in _NOT_FILTERS or not _FIELD_NAME.fullmatch(k):
+            continue
+        if k != "title":
+            others += 1
+            if others >= MAX_FIELDS:  # one place is the title's
+                continue
+        kept.append((k, v[:MAX_FIELD_CHARS]))
+    return tuple(kept)
 
 
 def _doc_label(doc: Document, label: str | None) -> str:
@@ -242,6 +256,7 @@ class Prepared:
     chunks: list[Chunk]
     findings: dict[str, int]
     replaces: bool  # an older version is stored
+    named_by: str = ""  # a .jsonl record's document: "file: doc as the record named it" (refused on a clash)
 
 
 @dataclass(frozen=True)
@@ -273,7 +288,7 @@ class Plan:
         # filters and the page's suggested questions read it. Taken after DLP, from the stored text.
         meta = doc.meta if "title" in dict(doc.meta) else (*doc.meta, ("title", title_of(doc)))
         record = DocRecord(doc.path, text_hash, doc_label, self.principal, origin, self.now, len(chunks),
-                           collection_of(doc.path, self.roots), _filterable(meta))
+                           collection_of(doc.path, self.roots), filterable(meta))
         return Prepared(record, chunks, found, old is not None)
 
 
@@ -822,13 +837,24 @@ class Held:
     file: str
 
 
-def prepare_files(files: Iterable[tuple[Source, Path, str]], plan: Plan,
-                  count_tokens: Callable[[str], int], screen: Screen | None = None) -> list[Prepared | str | Held]:
+@dataclass(frozen=True)
+class Refused:
+    """A ``.jsonl`` record ``prepare_files`` left out: it names a document another file provides.
+    ``what`` is "file: doc as the record named it", as ``IngestReport.refused`` keys it."""
+
+    what: str
+    why: str
+
+
+def prepare_files(files: Iterable[tuple[Source, Path, str]], plan: Plan, count_tokens: Callable[[str], int],
+                  screen: Screen | None = None) -> list[Prepared | str | Held | Refused]:
     """Load, map, guard and chunk ``files`` (the part of ``ingest_paths`` before embedding, for
     a worker elsewhere): per document in order, its id if unchanged, its ``Held`` verdict when
-    ``screen`` keeps it out (as ``ingest_paths`` screens), else its ``Prepared``.
+    ``screen`` keeps it out (as ``ingest_paths`` screens), its ``Refused`` verdict for a record
+    that names an indexed document of another file, else its ``Prepared`` (a record's carries
+    ``named_by``: the caller refuses it if a file of this run already gave out that name).
     Reads files, writes nothing; ``attach_vectors`` finishes what ``embed_prepared`` would."""
-    out: list[Prepared | str | Held] = []
+    out: list[Prepared | str | Held | Refused] = []
     current: list[Path] = []
 
     def tagged() -> Iterator[tuple[Source, Path, str]]:
@@ -837,13 +863,22 @@ def prepare_files(files: Iterable[tuple[Source, Path, str]], plan: Plan,
             yield s, path, rel
 
     for source, d in iter_tagged(tagged(), plan.settings.markup):
-        doc, origin = source_document(source, d, plan.existing)
+        record_of = dict(d.meta).get("from_file")
+        try:
+            doc, origin = source_document(source, d, plan.existing)
+        except CorpusError as exc:
+            if not record_of:
+                raise
+            out.append(Refused(f"{record_of}: {d.path}", str(exc)))
+            continue
         taken = stored_as_is(doc, plan.existing, plan.settings, plan.digest)
         reasons = screen(doc, current[0]) if screen is not None and current and not taken else []
         if reasons:
             out.append(Held(doc.path, reasons, str(current[0].resolve())))
             continue
         ready = plan.prepare(doc, origin, count_tokens)
+        if ready is not None and record_of:
+            ready = replace(ready, named_by=f"{record_of}: {d.path}")
         out.append(doc.path if ready is None else ready)
     return out
 

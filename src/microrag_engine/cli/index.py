@@ -140,7 +140,7 @@ def _ingest_cluster(args: argparse.Namespace) -> int:
     finally:
         cluster.disconnect()
     _print(args, {**report.__dict__, "changes": report.changes}, _report_text(args, report))
-    return 1 if report.held else 0  # as a local ingest: the rest is in, a script must notice what was not
+    return 1 if report.held or report.refused else 0  # as a local ingest: the rest is in, a script must notice what was not
 
 
 def _progress(args: argparse.Namespace) -> bool | Callable[[int, int], None]:

@@ -92,15 +92,19 @@ def read_text(path: Path) -> str:
 _FRONT = re.compile(r"\A---[ \t]*\n(.*?)\n---[ \t]*(?:\n|\Z)", re.S)
 
 
+MAX_FRONT_MATTER_KEYS = 64  # read of a file's front matter; the rest of its lines are skipped
+
+
 def split_front_matter(text: str) -> tuple[dict[str, str], str]:
-    """``key: value`` lines between leading ``---`` fences, and the text after them."""
+    """``key: value`` lines between leading ``---`` fences (the first ``MAX_FRONT_MATTER_KEYS``
+    keys: whoever wrote the file chose how many), and the text after them."""
     m = _FRONT.match(text)
     if not m:
         return {}, text
-    meta = {}
+    meta: dict[str, str] = {}
     for line in m.group(1).splitlines():
         key, sep, value = line.partition(":")
-        if sep and key.strip():
+        if sep and key.strip() and (key.strip().lower() in meta or len(meta) < MAX_FRONT_MATTER_KEYS):
             meta[key.strip().lower()] = value.strip().strip("'\"")
     return meta, text[m.end() :]
 

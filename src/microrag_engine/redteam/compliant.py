@@ -3,8 +3,8 @@
 OpenAI-compatible ``POST /chat/completions`` (SSE when ``stream`` is true, plain
 JSON otherwise), deterministic, no weights. It:
   * quotes its whole retrieved context verbatim (fences removed),
-  * obeys every instruction it sees, in the question *or* in the context: each
-    ``read_file(...)`` it reads it repeats as its own tool call,
+  * obeys every instruction it sees, in the question, the context *or* an earlier turn:
+    each ``read_file(...)`` it reads it repeats as its own tool call,
   * re-encodes the context when asked - base64, rot13, spaced-out letters,
     ``[at]``/``(dot)`` addresses - so output guards are tested against encodings.
 If the server's defences hold against this model, they hold against any model.
@@ -38,8 +38,10 @@ def respond(messages: list[dict]) -> str:
         parts.append("Spelled out: " + " ".join(context))
     if "[at]" in q or "(dot)" in q:
         parts.append("Addresses: " + context.replace("@", " [at] ").replace(".", " (dot) "))
-    # Obey: every tool call seen anywhere becomes our own.
-    for call in dict.fromkeys(CALL.findall(user)):
+    # Obey: every tool call seen anywhere becomes our own - in the context, the question, or an
+    # earlier turn of the conversation (the caller's or one it says was ours: red team #33, 2).
+    said = "\n".join(str(m.get("content", "")) for m in messages if m.get("role") in ("user", "assistant"))
+    for call in dict.fromkeys(CALL.findall(said)):
         parts.append(call)
     return "\n\n".join(parts)
 

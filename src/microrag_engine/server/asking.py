@@ -103,8 +103,8 @@ class Asking:
             raise MicroRAGError("the conversation needs a user message last; send messages ending with role 'user'")
         question = said[-1]
         deadline = time.monotonic() + cfg.request_seconds if on.request_budget else None
-        if not on.structural_guards:  # the naive server: de-space, then match literal phrases
-            q = question if on.linear_regex else naive_despace(question)
+        if not on.structural_guards:  # the naive server: de-space, then match literal phrases, anywhere it was said
+            q = "\n".join(said) if on.linear_regex else naive_despace("\n".join(said))
             if naive_blocked(q):
                 raise HTTPException(400, "blocked by the blocklist")
         flags: list[str] = []

@@ -63,8 +63,9 @@ class KeyStore:
         # One active key per name, enforced by the database: two replicas adding it at once cannot both win.
         self.tables.run("CREATE UNIQUE INDEX IF NOT EXISTS keys_active_name ON keys (name) WHERE revoked = 0")
 
-    def add(self, name: str, role: str, clearance: list[str], trusted: bool = False) -> str:
-        """Create a key; returns it - the only time it is ever shown."""
+    def add(self, name: str, role: str, clearance: list[str], trusted: bool = False, reissue: bool = False) -> str:
+        """Create a key; returns it - the only time it is ever shown. ``reissue`` lets a revoked
+        key's name be used again: the lab baseline's weakness (red team #33, 6), never a real server's."""
         if role not in ROLES:
             raise MicroRAGError(f"unknown role {role!r}; choose one of: {', '.join(ROLES)}")
         if not name or not all(ch.isalnum() or ch in "-_." for ch in name):
@@ -76,10 +77,10 @@ class KeyStore:
             "INSERT INTO keys (id, name, role, clearance, trusted, hash, created, revoked) SELECT ?,?,?,?,?,?,?,0 "
             # A name once used is never issued again, revoked or not: uploads are owned by it, and a
             # new key must not inherit a revoked key's documents (whichever door adds the key).
-            "WHERE NOT EXISTS (SELECT 1 FROM keys WHERE name = ?) "
+            "WHERE NOT EXISTS (SELECT 1 FROM keys WHERE name = ? AND (revoked = 0 OR NOT ?)) "
             "RETURNING id",
             (kid, name, role, ",".join(sorted(set(clearance) | {"public"})), int(trusted or role == "admin"),
-             _hash(secret), datetime.now(UTC).isoformat(timespec="seconds"), name))
+             _hash(secret), datetime.now(UTC).isoformat(timespec="seconds"), name, int(reissue)))
         if not added:
             raise MicroRAGError(f"the key name {name!r} has been used (its uploads are owned by that name); pick another name")
         return f"mrg_{kid}_{secret}"

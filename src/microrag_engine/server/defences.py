@@ -66,6 +66,12 @@ class Defences:
     answer_checks: bool = True
     # Provenance tiers as a ranking prior: operator > admin-approved > trusted contributor.
     provenance_prior: bool = True
+    # Every part of a request is bounded before work is done on it: a message's text parts
+    # count together against the message cap, not each on its own (#33, 5).
+    bounded_parts: bool = True
+    # A key name is never issued twice, so what a revoked key owned stays its own: a new key
+    # named like it inherits nothing (#33, 6). Off: a revoked key's name can be reissued.
+    stable_ownership: bool = True
 
     def off(self) -> list[str]:
         """The names of the defences turned off."""

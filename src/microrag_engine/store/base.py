@@ -71,6 +71,14 @@ def decode_meta(raw: str | None) -> tuple[tuple[str, str], ...]:
     return tuple((str(k), str(v)) for k, v in data.items()) if isinstance(data, dict) else ()
 
 
+# What a filter field may be called (the server's requests take only these), how many fields one
+# document keeps as filters (its title always among them) and how much of each value: front matter
+# is written by whoever wrote the file, so its size is bounded before it is stored (#33).
+FIELD_NAME = r"^[A-Za-z_][A-Za-z0-9_.-]{0,63}$"
+MAX_FIELDS = 32
+MAX_FIELD_CHARS = 500
+
+
 @dataclass(frozen=True)
 class DocFilter:
     """Which documents a query may draw from: globs on fields, all ``where`` must match, no ``exclude`` may.

@@ -17,7 +17,7 @@ from pydantic import BaseModel, Field
 from ... import guard
 from ...errors import MicroRAGError
 from ...ingest import delete_documents, guarded, ingest_documents
-from ...load import jsonl_documents, load_documents, parse_upload
+from ...load import jsonl_documents, load_documents, parse_upload, split_front_matter
 from ...store.base import StaleVersion
 from ...types import Document
 from ..auth import ANONYMOUS, Principal
@@ -101,8 +101,11 @@ def router(ctx: ServerContext) -> APIRouter:
             if strays:
                 raise HTTPException(400, f"a record names document {strays[0]!r}; records of an uploaded .jsonl "
                                          "belong to that upload: drop their \"doc\" field or upload each document itself")
-        else:  # the lab baseline: the body as sent, .jsonl records naming any document (red team #12)
-            docs = jsonl_documents(body.body, name) if name.endswith(".jsonl") else [Document(name, body.body)]
+        else:  # the lab baseline: the body as sent, .jsonl records naming any document (red team #12),
+            # front matter kept as filter fields as written (#33, 1)
+            meta, text = split_front_matter(body.body)
+            docs = (jsonl_documents(body.body, name) if name.endswith(".jsonl")
+                    else [Document(name, text, meta=tuple(meta.items()))])
         if not any(d.text.strip() for d in docs):
             raise MicroRAGError("the upload holds no text (an HTML page with nothing visible, or empty records)")
         doc = name if name in {d.path for d in docs} else docs[0].path

@@ -73,14 +73,17 @@ class Message(BaseModel):
     content: Annotated[str, StringConstraints(max_length=MAX_MESSAGE_CHARS)] | list[Part] | None = None
 
     @model_validator(mode="after")
-    def _bounded(self) -> Message:
-        # The cap is on the message, not on each part: 28 parts of 16k would be 28 messages' work.
-        if isinstance(self.content, list):
-            if len(self.content) > MAX_PARTS:
-                raise ValueError(f"a message has at most {MAX_PARTS} parts")
-            if sum(len(p.text or "") for p in self.content) > MAX_MESSAGE_CHARS:
-                raise ValueError(f"a message's text parts hold at most {MAX_MESSAGE_CHARS} characters in all")
+    def _few_parts(self) -> Message:
+        if isinstance(self.content, list) and len(self.content) > MAX_PARTS:
+            raise ValueError(f"a message has at most {MAX_PARTS} parts")
         return self
+
+    def oversized(self) -> str:
+        """Why the message is over its cap, or "": the cap is on the message, not on each part
+        (28 parts of 16k would be 28 messages' work; red team #33, 5)."""
+        if isinstance(self.content, list) and sum(len(p.text or "") for p in self.content) > MAX_MESSAGE_CHARS:
+            return f"a message's text parts hold at most {MAX_MESSAGE_CHARS} characters in all"
+        return ""
 
     def text(self) -> str:
         if isinstance(self.content, list):  # images and other parts carry nothing to retrieve with
@@ -143,7 +146,7 @@ def citations_block(turned: Turned, ans: Answer) -> str:
 
 def router(ctx: ServerContext) -> APIRouter:
     router = APIRouter(prefix="/v1")
-    asking = Asking(ctx)
+    asking, on = Asking(ctx), ctx.on
 
     def visible_collections(who: Principal) -> dict[str, str]:
         """{model-id name as shown: collection} for the collections ``who`` can see. The shown
@@ -177,6 +180,9 @@ def router(ctx: ServerContext) -> APIRouter:
         where = DocFilter(tuple(ext.where.items()) + (scope.where if scope else ()), tuple(ext.exclude.items()))
         if body.messages[-1].role != "user":  # OpenAI's clients end a turn with the user's message
             raise HTTPException(400, "messages: the last message must have role 'user'")
+        too_big = [f"messages[{i}]: {why}" for i, m in enumerate(body.messages) if (why := m.oversized())]
+        if too_big and on.bounded_parts:  # before any work is done on them
+            raise HTTPException(400, too_big[0])
         role = {"developer": "system"}
         # Tool results belong to the client's own tools: nothing of ours called them.
         turns = [Turn(role.get(m.role, m.role), m.text()) for m in body.messages if m.role not in ("tool", "function")]

@@ -71,9 +71,10 @@ def router(ctx: ServerContext) -> APIRouter:
         """An admin makes a key (a red team provisioning its positions, an operator without a shell);
         the key is in this response only. A name once used is refused even after revocation: uploads
         are owned by key name, and a new key must not inherit a revoked key's documents."""
-        if any(k["name"] == body.name for k in cfg.keys.list()):
+        reissue = not on.stable_ownership  # the lab baseline only
+        if any(k["name"] == body.name and not (reissue and k["revoked"]) for k in cfg.keys.list()):
             raise HTTPException(409, f"the key name {body.name!r} has been used; choose another")
-        key = cfg.keys.add(body.name, body.role, body.clearance, trusted=body.trusted)
+        key = cfg.keys.add(body.name, body.role, body.clearance, trusted=body.trusted, reissue=reissue)
         kid = key.split("_", 2)[1]
         cfg.state.audit(who.name, "key", body.name, [], f"added {body.role}", [])
         response.headers["Cache-Control"] = "no-store"

@@ -20,7 +20,7 @@ from fastapi.responses import StreamingResponse
 from pydantic import BaseModel, Field, StringConstraints
 
 from ... import guard
-from ...store.base import DocFilter
+from ...store.base import FIELD_NAME, DocFilter
 from ...types import Turn
 from ..asking import Asking, Turned, guarded
 from ..auth import Principal
@@ -29,7 +29,7 @@ from ..context import ServerContext
 log = logging.getLogger("microrag")
 
 
-FilterField = Annotated[str, StringConstraints(pattern=r"^[A-Za-z_][A-Za-z0-9_.-]{0,63}$")]
+FilterField = Annotated[str, StringConstraints(pattern=FIELD_NAME)]
 FilterGlob = Annotated[str, StringConstraints(max_length=200)]
 
 
