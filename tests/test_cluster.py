@@ -257,6 +257,36 @@ def test_a_record_claiming_another_inputs_document_is_refused_as_locally(cluster
     assert again.returncode == 1 and "c.jsonl: policy.md" in json.loads(again.stdout)["refused"], again.stdout
 
 
+def test_an_unchanged_record_whose_name_a_new_file_takes_is_refused_as_locally(cluster, tmp_path, locations):
+    """A record stored as it is comes back from a worker unchanged; when a file of this run now
+    gives out its name, the record is refused (not the whole run failed), as locally."""
+    runs = {}
+    for where in ("ray", "local"):
+        root = tmp_path / where / "kb"
+        root.mkdir(parents=True)
+        (root / "0.jsonl").write_text(json.dumps({"doc": "policy.md", "text": "Passwords never rotate."}) + "\n")
+        loc = locations(where)
+        first = ray_ingest(cluster, loc, root) if where == "ray" else None
+        if first is not None:
+            assert first.returncode == 0, first.stderr
+        else:
+            local(loc, [root])
+        (root / "policy.md").write_text("# Policy\n\nPasswords rotate every 90 days.\n")
+        with (root / "0.jsonl").open("a") as f:
+            f.write(json.dumps({"doc": "faq.md", "text": "The office opens at nine."}) + "\n")
+        if where == "ray":
+            done = ray_ingest(cluster, loc, root)
+            assert done.returncode == 1, done.stderr
+            runs[where] = json.loads(done.stdout)["refused"]
+        else:
+            store = open_store(loc, create=False)
+            try:
+                runs[where] = ingest_paths(store, [root], SEED).refused
+            finally:
+                store.close()
+    assert runs["ray"] == runs["local"] and list(runs["ray"]) == ["0.jsonl: policy.md"], runs
+
+
 def test_an_unreachable_cluster_is_one_line_and_writes_nothing(tmp_path, locations):
     ours = locations("ray")
     done = run_cli("ingest", str(DEMO), "--index", ours, "--cluster", f"127.0.0.1:{_free_port()}", "--no-screen", "--preset", "seed")

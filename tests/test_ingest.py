@@ -442,3 +442,17 @@ def test_front_matter_of_any_size_keeps_a_bounded_set_of_filter_fields(pairs, ti
     assert all(re.fullmatch(FIELD_NAME, k) and len(v) <= MAX_FIELD_CHARS for k, v in fields)
     if "title" in meta and re.fullmatch(FIELD_NAME, "title"):
         assert ("title", meta["title"][:MAX_FIELD_CHARS]) in fields
+
+
+def test_a_front_matter_edit_alone_rewrites_the_document(store, tmp_path):
+    """The text's hash decides "unchanged"; a front-matter edit (an owner, a label-free field)
+    left the old fields stored, and so did a record stored before its fields were bounded and
+    went through DLP. Now either rewrites that document, and only that one."""
+    docs = write(tmp_path / "docs", {"a.md": "---\nowner: alice\n---\n# A\n\nThe body of a.",
+                                     "b.md": "# B\n\nThe body of b."})
+    ingest_paths(store, [docs], DEFAULT)
+    (docs / "a.md").write_text("---\nowner: bob\n---\n# A\n\nThe body of a.")
+    (docs / "b.md").write_text("# B\n\nThe body of b.")  # touched, not changed
+    report = ingest_paths(store, [docs], DEFAULT)
+    assert report.changed == ["docs/a.md"] and "docs/b.md" in report.unchanged
+    assert dict(store.documents()["docs/a.md"].meta)["owner"] == "bob"

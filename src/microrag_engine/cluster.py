@@ -52,6 +52,7 @@ from .ingest import (
     Screen,
     Source,
     Ticker,
+    Unchanged,
     attach_vectors,
     clash,
     embed_texts,
@@ -146,7 +147,7 @@ class ShardResult:
     """What a prepare task hands back: per document, its id (unchanged) or its ``Prepared``
     chunks; what the loader warned about; which process did it."""
 
-    items: list[Prepared | str | Held | Refused]
+    items: list[Prepared | str | Held | Refused | Unchanged]
     warnings: list[str]
     worker: str
 
@@ -358,19 +359,21 @@ class _Flow:
             if isinstance(item, Held):  # its file is here: loaded (never pruned for it), not written
                 self.corpus.loaded.add(item.doc)
                 self.held[item.doc] = item
+                self.seen.add(item.doc)  # its name is given out, held or not (as a local ingest counts it)
                 continue
             if isinstance(item, Refused):
                 self.refused[item.what] = item.why
                 continue
-            doc = item if isinstance(item, str) else item.record.doc
-            if doc in self.seen and not isinstance(item, str) and item.named_by:
-                self.refused[item.named_by] = str(clash(doc))  # a record's claim: refused, the rest goes in
+            named_by = "" if isinstance(item, str) else item.named_by
+            doc = item if isinstance(item, str) else item.doc if isinstance(item, Unchanged) else item.record.doc
+            if doc in self.seen and named_by:
+                self.refused[named_by] = str(clash(doc))  # a record's claim: refused, the rest goes in
                 continue
             if doc in self.seen:
                 raise clash(doc)
             self.seen.add(doc)
             self.corpus.loaded.add(doc)
-            if isinstance(item, str):
+            if isinstance(item, str | Unchanged):
                 self.ingestion.unchanged(doc)
                 continue
             self.ingestion.count(doc, len(item.chunks), item.findings, item.replaces)

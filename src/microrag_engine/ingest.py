@@ -278,7 +278,7 @@ class Plan:
         text_hash = content_hash(doc, settings, self.digest)
         doc_label = _doc_label(doc, self.label)
         old = self.existing.get(doc.path)
-        if old and old.content_hash == text_hash and old.label == doc_label:
+        if old and old.content_hash == text_hash and old.label == doc_label and _same_fields(old, doc, settings):
             return None
         doc, restrict, found = guarded(doc, settings, self.visible)
         if restrict and self.label is None:
@@ -290,6 +290,15 @@ class Plan:
         record = DocRecord(doc.path, text_hash, doc_label, self.principal, origin, self.now, len(chunks),
                            collection_of(doc.path, self.roots), filterable(meta))
         return Prepared(record, chunks, found, old is not None)
+
+
+def _same_fields(old: DocRecord, doc: Document, settings: Settings) -> bool:
+    """Whether ``old`` holds the filter fields ``doc``'s meta would be stored as now: a front-matter
+    edit alone rewrites the document, and so does a record stored before its fields were bounded
+    and went through DLP (#33). The text's title comes from the text, which the hash covers."""
+    meta = _dlp_meta(doc.meta, settings.dlp_presidio)[0] if settings.dlp == "redact" else doc.meta
+    titled = "title" in dict(doc.meta)
+    return tuple(kv for kv in old.meta if titled or kv[0] != "title") == filterable(meta)
 
 
 def content_hash(doc: Document, settings: Settings, digest: str) -> str:
@@ -838,6 +847,15 @@ class Held:
 
 
 @dataclass(frozen=True)
+class Unchanged:
+    """A ``.jsonl`` record's document that is stored as it is (``prepare_files``): unchanged, and
+    refused like a changed one if a file of this run already gave out its name."""
+
+    doc: str
+    named_by: str
+
+
+@dataclass(frozen=True)
 class Refused:
     """A ``.jsonl`` record ``prepare_files`` left out: it names a document another file provides.
     ``what`` is "file: doc as the record named it", as ``IngestReport.refused`` keys it."""
@@ -847,14 +865,15 @@ class Refused:
 
 
 def prepare_files(files: Iterable[tuple[Source, Path, str]], plan: Plan, count_tokens: Callable[[str], int],
-                  screen: Screen | None = None) -> list[Prepared | str | Held | Refused]:
+                  screen: Screen | None = None) -> list[Prepared | str | Held | Refused | Unchanged]:
     """Load, map, guard and chunk ``files`` (the part of ``ingest_paths`` before embedding, for
     a worker elsewhere): per document in order, its id if unchanged, its ``Held`` verdict when
     ``screen`` keeps it out (as ``ingest_paths`` screens), its ``Refused`` verdict for a record
     that names an indexed document of another file, else its ``Prepared`` (a record's carries
-    ``named_by``: the caller refuses it if a file of this run already gave out that name).
+    ``named_by``, an unchanged record comes as ``Unchanged``: the caller refuses either if a
+    file of this run already gave out that name).
     Reads files, writes nothing; ``attach_vectors`` finishes what ``embed_prepared`` would."""
-    out: list[Prepared | str | Held | Refused] = []
+    out: list[Prepared | str | Held | Refused | Unchanged] = []
     current: list[Path] = []
 
     def tagged() -> Iterator[tuple[Source, Path, str]]:
@@ -877,9 +896,11 @@ def prepare_files(files: Iterable[tuple[Source, Path, str]], plan: Plan, count_t
             out.append(Held(doc.path, reasons, str(current[0].resolve())))
             continue
         ready = plan.prepare(doc, origin, count_tokens)
-        if ready is not None and record_of:
-            ready = replace(ready, named_by=f"{record_of}: {d.path}")
-        out.append(doc.path if ready is None else ready)
+        named_by = f"{record_of}: {d.path}" if record_of else ""
+        if ready is None:
+            out.append(Unchanged(doc.path, named_by) if named_by else doc.path)
+        else:
+            out.append(replace(ready, named_by=named_by) if named_by else ready)
     return out
 
 

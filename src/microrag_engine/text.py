@@ -151,11 +151,9 @@ def bm25_tokens(text: str) -> list[str]:
 def bm25_fingerprint() -> str:
     """What ``bm25_tokens`` is, as a short hash: the word pattern, the stop words and the
     stemmer's version. A saved BM25 matrix is only valid for the same tokeniser."""
-    from importlib.metadata import PackageNotFoundError, version
+    import Stemmer  # its own version string, the one its package declares: importlib.metadata's
+    # look-up scans every installed distribution (~30 ms of a 0.3 s `microrag retrieve`)
 
-    try:
-        stemmer = version("PyStemmer")
-    except PackageNotFoundError:
-        stemmer = "?"
+    stemmer = str(Stemmer.version)
     spec = "\x00".join([WORD_TOKEN.pattern, " ".join(sorted(_stopwords())), stemmer])
     return hashlib.sha256(spec.encode("utf-8")).hexdigest()[:16]

@@ -39,6 +39,13 @@ COMMANDS = {"retrieve": "query", "ask": "query", "rank": "query", "chat": "chat"
             "redteam": "lab", "eval": "eval"}
 
 
+# Commands that answer one question and exit. Each makes a few small BLAS calls, after which
+# OpenBLAS's idle worker threads spin for about 0.1 s of CPU each (its thread timeout): for these
+# a BLAS thread pool costs more CPU than the whole query. Set before numpy loads (the command's
+# module imports it); a user's own OPENBLAS_NUM_THREADS wins.
+ONE_SHOT = frozenset({"retrieve", "ask", "verify"})
+
+
 def build_parser(argv: Sequence[str] | None = None) -> argparse.ArgumentParser:
     """The parser; with ``argv`` naming a command, only that command's group is declared."""
     parser = argparse.ArgumentParser(
@@ -57,6 +64,8 @@ def build_parser(argv: Sequence[str] | None = None) -> argparse.ArgumentParser:
     sub = parser.add_subparsers(dest="command", metavar="COMMAND", required=True)
     first = next((a for a in argv or () if not a.startswith("-")), None)
     needed = GROUPS if argv is None or first not in COMMANDS else (COMMANDS[first],)
+    if first in ONE_SHOT:
+        os.environ.setdefault("OPENBLAS_NUM_THREADS", "1")
     for group in needed:
         importlib.import_module(f"{__package__}.{group}").register(sub)
     return parser

@@ -27,8 +27,7 @@ core SQL pages and most of Node.js's API pages. So this module only *finds* it:
 
 from __future__ import annotations
 
-from .. import rx
-from ..guard import hides
+from .. import guard, rx
 from ..load.html import hidden_texts
 from ..text import WORD_TOKEN
 
@@ -79,7 +78,7 @@ def unicode_reasons(raw: str) -> list[str]:
     if overrides:
         reasons.append(f"hidden text: {overrides} bidi override(s) (text shown in another order than it is read)")
     # The soft hyphen is hyphenation, not hiding; tags were counted above.
-    invisible = sum(1 for c in raw if c != "\xad" and hides(c)) - max(tags, 0)
+    invisible = guard.count_hidden(raw) - raw.count("\xad") - max(tags, 0)
     if invisible >= MIN_INVISIBLE and invisible >= 0.01 * len(raw):
         reasons.append(f"hidden text: {invisible} invisible characters")
     return reasons

@@ -77,7 +77,7 @@ class KeyStore:
             "INSERT INTO keys (id, name, role, clearance, trusted, hash, created, revoked) SELECT ?,?,?,?,?,?,?,0 "
             # A name once used is never issued again, revoked or not: uploads are owned by it, and a
             # new key must not inherit a revoked key's documents (whichever door adds the key).
-            "WHERE NOT EXISTS (SELECT 1 FROM keys WHERE name = ? AND (revoked = 0 OR NOT ?)) "
+            "WHERE NOT EXISTS (SELECT 1 FROM keys WHERE name = ? AND (revoked = 0 OR ? = 0)) "
             "RETURNING id",
             (kid, name, role, ",".join(sorted(set(clearance) | {"public"})), int(trusted or role == "admin"),
              _hash(secret), datetime.now(UTC).isoformat(timespec="seconds"), name, int(reissue)))

@@ -13,6 +13,7 @@ from __future__ import annotations
 
 import fnmatch
 import json
+import re
 from abc import ABC, abstractmethod
 from collections.abc import Collection
 from contextlib import AbstractContextManager, nullcontext
@@ -110,6 +111,9 @@ class DocFilter:
                 name, sep, value = item.partition("=")
                 if not sep or not name.strip() or not value.strip():
                     raise ValueError(f"filter {item!r} is not FIELD=GLOB (e.g. 'path=tutorial/*', 'title=*OAuth*')")
+                if not re.fullmatch(FIELD_NAME, name.strip()):
+                    raise ValueError(f"filter field {name.strip()!r} is not a field name: letters, digits, '_', '.' "
+                                     "or '-', starting with a letter or '_' (front-matter keys of other shapes are not kept)")
                 out.append((name.strip(), value.strip()))
             return tuple(out)
 
