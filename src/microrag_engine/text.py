@@ -154,6 +154,6 @@ def bm25_fingerprint() -> str:
     import Stemmer  # its own version string, the one its package declares: importlib.metadata's
     # look-up scans every installed distribution (~30 ms of a 0.3 s `microrag retrieve`)
 
-    stemmer = str(Stemmer.version)
+    stemmer = Stemmer.version()
     spec = "\x00".join([WORD_TOKEN.pattern, " ".join(sorted(_stopwords())), stemmer])
     return hashlib.sha256(spec.encode("utf-8")).hexdigest()[:16]

@@ -44,6 +44,7 @@ def docx_text(path: Path, rel: str) -> str:
         from docx.table import Table
 
     document = docx.Document(str(path))
+    styles = _Styles()
     out: list[str] = []
     hidden = 0
     for block in document.iter_inner_content():
@@ -52,15 +53,15 @@ def docx_text(path: Path, rel: str) -> str:
             for row in _docx_rows(block):
                 line = []
                 for c in row:
-                    texts = [_docx_paragraph(p) for p in c.paragraphs]
+                    texts = [_docx_paragraph(p, styles) for p in c.paragraphs]
                     hidden += sum(n for _, n in texts)
                     line.append(cell(" ".join(t for t, _ in texts)))
                 out.append(" | ".join(line))
             out.append("")
             continue
-        text, dropped = _docx_paragraph(block)
+        text, dropped = _docx_paragraph(block, styles)
         hidden += dropped
-        prefix = _docx_prefix(block)
+        prefix = _docx_prefix(block, styles)
         if text.strip():  # list items on consecutive lines, other paragraphs between blank lines
             out += [prefix + text.strip()] if prefix == "- " else ["", prefix + text.strip(), ""]
     if hidden:
@@ -78,8 +79,31 @@ def _docx_rows(table: Any) -> Iterator[list[Any]]:
         yield cells
 
 
-def _docx_prefix(paragraph: Any) -> str:
-    style = paragraph.style.name if paragraph.style is not None else ""
+class _Styles:
+    """One document's styles by id. python-docx finds a paragraph's or run's style by scanning
+    every style of the document on each access (the default one by a list comprehension): that
+    was 0.5 s of 0.85 s to read 50 one-page files."""
+
+    def __init__(self) -> None:
+        self.paragraphs: dict[str | None, Any] = {}
+        self.runs: dict[str | None, Any] = {}
+
+    def of_paragraph(self, paragraph: Any) -> Any:
+        key = paragraph._p.style
+        if key not in self.paragraphs:
+            self.paragraphs[key] = paragraph.style
+        return self.paragraphs[key]
+
+    def of_run(self, run: Any) -> Any:
+        key = run._r.style
+        if key not in self.runs:
+            self.runs[key] = run.style
+        return self.runs[key]
+
+
+def _docx_prefix(paragraph: Any, styles: _Styles) -> str:
+    own = styles.of_paragraph(paragraph)
+    style = own.name if own is not None else ""
     heading = _HEADING_STYLE.match(style)
     if heading or style == "Title":
         return "#" * (int(heading.group(1)) if heading else 1) + " "
@@ -89,27 +113,29 @@ def _docx_prefix(paragraph: Any) -> str:
     return ""
 
 
-def _docx_paragraph(paragraph: Any) -> tuple[str, int]:
+def _docx_paragraph(paragraph: Any, styles: _Styles) -> tuple[str, int]:
     """(the visible text of a paragraph, hyperlinks included; how many runs were hidden)."""
     from docx.text.hyperlink import Hyperlink
 
-    style_hidden = bool(paragraph.style is not None and paragraph.style.font.hidden)
+    own = styles.of_paragraph(paragraph)
+    style_hidden = bool(own is not None and own.font.hidden)
     parts: list[str] = []
     dropped = 0
     for item in paragraph.iter_inner_content():
         for run in item.runs if isinstance(item, Hyperlink) else [item]:
             if not run.text:
                 continue
-            if style_hidden or _docx_run_hidden(run):
+            if style_hidden or _docx_run_hidden(run, styles):
                 dropped += 1
             else:
                 parts.append(run.text)
     return "".join(parts).replace("\n", " "), dropped
 
 
-def _docx_run_hidden(run: Any) -> bool:
+def _docx_run_hidden(run: Any, styles: _Styles) -> bool:
     font = run.font
-    if font.hidden or (run.style is not None and run.style.font.hidden):
+    own = styles.of_run(run)
+    if font.hidden or (own is not None and own.font.hidden):
         return True
     if font.size is not None and font.size.pt < _TINY_PT:
         return True
