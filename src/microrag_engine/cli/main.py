@@ -25,6 +25,7 @@ import sys
 from collections.abc import Sequence
 
 from .. import __version__
+from ..config import single_threaded_blas
 from ..errors import MicroRAGError
 
 log = logging.getLogger("microrag")
@@ -65,7 +66,7 @@ def build_parser(argv: Sequence[str] | None = None) -> argparse.ArgumentParser:
     first = next((a for a in argv or () if not a.startswith("-")), None)
     needed = GROUPS if argv is None or first not in COMMANDS else (COMMANDS[first],)
     if first in ONE_SHOT:
-        os.environ.setdefault("OPENBLAS_NUM_THREADS", "1")
+        single_threaded_blas()
     for group in needed:
         importlib.import_module(f"{__package__}.{group}").register(sub)
     return parser
