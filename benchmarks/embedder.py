@@ -51,7 +51,7 @@ def cpu_context() -> dict:
             info["model"] = val.strip()
         if key.strip() in ("Flags", "flags") and not info["flags"]:
             have = set(val.split())
-            info["flags"] = [f for f in ("avx2", "fma", "avx512f", "avx512_vnni", "avx_vnni", "amx_int8") if f in have]
+            info["flags"] = [f for f in ("avx2", "fma", "avx512f", "avx512_vnni", "avx512_bf16", "avx_vnni", "amx_int8") if f in have]
     from microrag_engine.runtime.onnx import cpu_count
 
     info["cpus"] = cpu_count()

@@ -23,5 +23,5 @@ def _flags() -> str:
         have = set(open("/proc/cpuinfo").read().split("flags", 2)[1].split("\n", 1)[0].split())
     except (OSError, IndexError):
         return "flags unknown"
-    shown = [f for f in ("avx2", "avx512f", "avx512_vnni", "avx_vnni", "amx_int8") if f in have]
+    shown = [f for f in ("avx2", "avx512f", "avx512_vnni", "avx512_bf16", "avx_vnni", "amx_int8") if f in have]
     return " ".join(shown) or "no AVX2"

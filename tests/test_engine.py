@@ -231,6 +231,42 @@ def test_an_updated_engine_ranks_as_one_derived_afresh_and_the_old_one_is_untouc
     assert new.updated(store).index is new.index  # nothing changed since: nothing re-read
 
 
+def test_an_update_above_the_ann_threshold_adds_to_the_graphs_it_has(tmp_path, monkeypatch):
+    """Above ``ann_threshold`` a write keeps each partition's HNSW graph (new chunks added,
+    removed ones tombstoned, nothing rebuilt), saves it for the next open, and ranks as an
+    engine derived afresh from the store does."""
+    pytest.importorskip("faiss", reason="faiss-cpu not installed (extra 'ann')")
+    from microrag_engine.index import ann
+    from microrag_engine.ingest import delete_documents, ingest_documents
+    from microrag_engine.store.sqlite import SQLiteStore
+    from microrag_engine.types import Document
+
+    monkeypatch.setattr(ann.HNSW, "exact_max", 100)
+    settings = override(preset("default"), embedder="hash", ann_threshold=200)
+    store = SQLiteStore(tmp_path / "ix")
+    words = "vacation refunds port badge laptop payroll parking travel expense holiday".split()
+    ingest_documents(store, [Document(f"kb/d{i:03}.md", f"# Doc {i}\n\n" + " ".join(
+        f"{words[(i + j) % 10]} {words[(i * j) % 10]} item {i * 7 + j}." for j in range(120)))
+        for i in range(120)], settings)
+    old = Engine.from_store(store, settings, save_derived=False)
+    assert old.index.ann is not None and any(p.graph is not None for p in old.index.ann.parts)
+    graphs = {p.label: p.graph for p in old.index.ann.parts if p.graph is not None}
+    ingest_documents(store, [Document("kb/new.md", "# New\n\nZebra parking passes are issued on Fridays.")], settings)
+    delete_documents(store, ["kb/d007.md"])
+    monkeypatch.setattr(ann, "_build", lambda *a: pytest.fail("a graph was rebuilt for a one-document write"))
+    new = old.updated(store)
+    assert {p.label: p.graph for p in new.index.ann.parts if p.graph is not None} == graphs
+    assert new.save_derived(store)  # (the server does this in the background after each write)
+    monkeypatch.setattr(store, "snapshot", lambda: pytest.fail("derived again from the store"))
+    fresh = Engine.from_store(store, settings, save_derived=False)  # opens what the update saved
+    for q in ["zebra parking passes", "vacation refunds", "payroll item 300", "badge laptop"]:
+        assert [h.chunk.id for h in new.retrieve(q).hits] == [h.chunk.id for h in fresh.retrieve(q).hits], q
+    assert "kb/new.md" in {h.chunk.doc for h in new.retrieve("zebra parking passes").hits}
+    ingest_documents(store, [Document("kb/newer.md", "# Newer\n\nBadges are renewed yearly.")], settings)
+    assert not new.save_derived(store)  # the store moved on: never saved under a newer generation's name
+    store.close()
+
+
 def test_a_held_upload_moves_no_readers_keyword_statistics_after_an_update(hashed_store):
     """The property the per-clearance re-fit guaranteed, kept by masking: a quarantined upload
     stuffed with a reader's query words changes none of that reader's scores, refusals or

@@ -27,7 +27,7 @@ from .errors import ConfigError, CorpusError, MicroRAGError
 from .generate import Relevance, extract, relevance
 from .index import Index, build_index
 from .index.ann import HNSW, faiss_available
-from .index.embed import make_embedder
+from .index.embed import Embedder, make_embedder
 from .index.keyword import BM25Scorer, KeywordScorer, make_keyword
 from .index.saved import ChunkTable, SavedRecords, interleave, open_saved, save
 from .ingest import check_compatible, embedder_drift, guarded, title_of
@@ -142,30 +142,20 @@ class Engine:
         embedder = make_embedder(settings.embedder)
         _warn_drift(meta, embedder.digest)
         generation = store.generation()
-        # What the saved files must have been built from and with; anything else is rebuilt.
-        expect = {"store": store.identity(), "generation": generation, "keyword": settings.keyword == "bm25",
-                  "k1": settings.k1, "b": settings.b, "tokens": bm25_fingerprint(), "embedder": embedder.name,
-                  "dim": embedder.dim}
-        saved = open_saved(store.cache_path(f"derived-{generation}"), expect)
+        saved = open_saved(store.cache_path(f"derived-{generation}"), _derived_manifest(store, settings, embedder, generation))
         if saved is None:  # first open of this generation: derive from a snapshot, save for next time
             snap = store.snapshot()
             check_compatible(snap.meta, settings)
             if not snap.chunks:
                 raise CorpusError("the index is empty; add documents with: microrag ingest PATH")
             keyword = make_keyword(settings.keyword, settings.k1, settings.b).fit([c.text for c in snap.chunks])
-            folder = store.cache_path(f"derived-{snap.generation}")
-            if folder is not None and save_derived:
-                try:
-                    save(folder, {**expect, "generation": snap.generation}, ChunkTable.from_chunks(snap.chunks),
-                         snap.vectors, snap.labels, keyword.state() if isinstance(keyword, BM25Scorer) else None,
-                         [_record_row(r) for r in snap.documents.values()])
-                except (OSError, ValueError) as exc:  # read-only or full disk, unencodable name: this open still works
-                    log.info("could not save the derived index in %s (%s); opening will not be fast", folder,
-                             exc.strerror if isinstance(exc, OSError) else type(exc).__name__)
             cache = store.cache_path(f"hnsw-{snap.generation}.faiss")
             index = Index(snap.chunks, keyword, embedder, snap.vectors, ann=_maybe_ann(snap.vectors, settings, cache, snap.labels))
-            return cls(settings, index, [Document(d, "") for d in snap.documents], labels=snap.labels,
-                       generation=snap.generation, records=snap.documents)
+            engine = cls(settings, index, [Document(d, "") for d in snap.documents], labels=snap.labels,
+                         generation=snap.generation, records=snap.documents)
+            if save_derived:
+                engine.save_derived(store, graphs=False)  # (the graphs were cached as they were built)
+            return engine
         if saved.keyword is not None:
             keyword = BM25Scorer(settings.k1, settings.b).restore(*saved.keyword)
         else:  # the seed's TF-IDF is not saved: it refits (seed indexes are small)
@@ -217,14 +207,41 @@ class Engine:
             at = _places(old, keep, part.chunks)
             vectors = interleave(index.vectors, keep, part.vectors.astype(np.float32), at)
             labels = interleave(self.labels, keep, np.array(part.labels, dtype=object), at)
-            cache = store.cache_path(f"hnsw-{part.generation}.faiss")
+            # (the graphs are not saved here, under the writer's lock: ``save_derived`` does it)
             index = Index(old.updated(keep, part.chunks, at), keyword.updated(keep, [c.text for c in part.chunks], at=at),
-                          index.embedder, vectors, ann=_maybe_ann(vectors, self.settings, cache, labels))
+                          index.embedder, vectors, ann=_next_ann(index.ann, vectors, self.settings, labels,
+                                                                 _remap(keep, at, len(vectors))))
         else:
             labels = self.labels
         engine = Engine(self.settings, index, None, labels=labels.tolist(), generation=part.generation, records=part.documents)
         engine.tiers = self.tiers
         return engine
+
+    def save_derived(self, store: Store, graphs: bool = True) -> bool:
+        """Save what this engine derived from ``store`` (chunk columns, vectors, labels, the
+        BM25 postings, the records; with ``graphs`` its HNSW graphs too) as the store's current
+        generation's files, so the next open maps them instead of deriving them again. Safe
+        beside readers (each folder is written aside and renamed into place) and from another
+        thread than the writer's (the server saves after each write in the background). False,
+        with the reason logged, where it could not save or the store has moved on since."""
+        keyword = self.index.keyword
+        if self.store is not None or not self.index.chunks or store.generation() != self.generation:
+            return False  # database-side retrieval; nothing held; a newer generation saves itself
+        folder = store.cache_path(f"derived-{self.generation}")
+        if folder is None:  # a store with nowhere to keep derived files
+            return False
+        try:
+            save(folder, _derived_manifest(store, self.settings, self.index.embedder, self.generation), self.index.chunks,
+                 self.index.vectors, self.labels.tolist(), keyword.state() if isinstance(keyword, BM25Scorer) else None,
+                 [_record_row(r) for r in self.records.values()])
+        except (OSError, ValueError) as exc:  # read-only or full disk, unencodable name: the index still works
+            log.info("could not save the derived index in %s (%s); opening will not be fast", folder,
+                     exc.strerror if isinstance(exc, OSError) else type(exc).__name__)
+            return False
+        cache = store.cache_path(f"hnsw-{self.generation}.faiss") if graphs and self.index.ann is not None else None
+        if cache is not None and self.index.ann is not None:
+            self.index.ann.save(cache)
+        return True
 
     def relabel(self, chunks: np.ndarray | Sequence[int], label: str) -> None:
         """Give ``chunks`` (indices or a boolean mask over the index) ``label``, in this engine
@@ -234,8 +251,8 @@ class Engine:
         labels[chunks] = label
         labels.setflags(write=False)
         self.labels, self._masks, self._scoped, self._prior = labels, {}, {}, None
-        if self.index.ann is not None:
-            self.index.ann = _maybe_ann(self.index.vectors, self.settings, None, labels)
+        if self.index.ann is not None:  # (the same rows: each keeps its slot unless its partition changed)
+            self.index.ann = _next_ann(self.index.ann, self.index.vectors, self.settings, labels, np.arange(len(labels)))
 
     @property
     def n_documents(self) -> int:
@@ -666,6 +683,33 @@ def _maybe_ann(vectors: np.ndarray, settings: Settings, cache: Path | None = Non
                     "(pip install 'microrag-engine[ann]' for an HNSW first pass)", len(vectors))
         return None
     return HNSW(vectors, labels, cache=cache)
+
+
+def _next_ann(ann: HNSW | None, vectors: np.ndarray, settings: Settings, labels: Sequence[str] | np.ndarray,
+              remap: np.ndarray) -> HNSW | None:
+    """The ANN first pass after a write: ``ann``'s graphs carried over (``remap``: each old
+    row's new row, -1 if gone) where there is one, else derived as at open."""
+    if ann is None or len(vectors) < settings.ann_threshold:
+        return _maybe_ann(vectors, settings, None, labels)
+    return ann.updated(vectors, remap, labels)
+
+
+def _derived_manifest(store: Store, settings: Settings, embedder: Embedder, generation: int) -> dict[str, object]:
+    """What a generation's saved files must have been built from and with; anything else is
+    derived again."""
+    return {"store": store.identity(), "generation": generation, "keyword": settings.keyword == "bm25",
+            "k1": settings.k1, "b": settings.b, "tokens": bm25_fingerprint(), "embedder": embedder.name,
+            "dim": embedder.dim}
+
+
+def _remap(keep: np.ndarray, at: np.ndarray, n: int) -> np.ndarray:
+    """Each old row's place after a write that kept the rows ``keep`` (in order) and put new
+    ones at ``at`` (as ``interleave`` lays them out); -1 for a row removed."""
+    free = np.ones(n, dtype=bool)
+    free[at] = False
+    remap = np.full(len(keep), -1, dtype=np.int64)
+    remap[np.flatnonzero(keep)] = np.flatnonzero(free)
+    return remap
 
 
 def _tee(stream: Iterable[str], on_piece: Callable[[str], None] | None) -> Iterator[str]:

@@ -231,3 +231,162 @@ def test_an_engine_searches_each_clearance_in_its_own_partitions(big, monkeypatc
         hits = engine.retrieve("alpha beta gamma", labels=visible).hits
         assert len(hits) == 8 and {label_of[h.chunk.id] for h in hits} <= seen
         assert set(searched) == seen  # the quarantine partition is never visited
+
+
+# ---------------------------------------------------------------- after a write: graphs kept, not rebuilt
+
+
+def _write(x: np.ndarray, labels: np.ndarray, rng: np.random.Generator, add: int, delete: int, move: int,
+           to: str = "d") -> tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray]:
+    """One write as Engine.updated lays it out: ``delete`` rows removed, ``move`` rows relabelled
+    ``to``, ``add`` new clustered vectors placed among the rest. (new x, new labels, remap, new rows)."""
+    from microrag_engine.engine import _remap
+    from microrag_engine.index.saved import interleave
+
+    keep = np.ones(len(x), dtype=bool)
+    keep[rng.choice(len(x), size=delete, replace=False)] = False
+    labels = labels.copy()
+    if move:
+        labels[rng.choice(np.flatnonzero(keep), size=move, replace=False)] = to
+    fresh = x[rng.integers(0, len(x), add)] + 0.2 * rng.standard_normal((add, x.shape[1])).astype(np.float32) / np.sqrt(x.shape[1])
+    fresh /= np.linalg.norm(fresh, axis=1, keepdims=True)
+    n = int(keep.sum()) + add
+    at = np.sort(rng.choice(n, size=add, replace=False))
+    new_labels = interleave(labels, keep, rng.choice(list(SHARES), size=add).astype(object), at)
+    return interleave(x, keep, fresh.astype(np.float32), at), new_labels, _remap(keep, at, n), at
+
+
+def _graphs(h: HNSW) -> dict[str, object]:
+    return {p.label: p.graph for p in h.parts if p.graph is not None}
+
+
+def test_a_write_keeps_every_graph_and_finds_what_exact_search_finds(labelled, monkeypatch):
+    x, labels, queries, _ = labelled
+    h = HNSW(x, labels, exact_max=EXACT_MAX)
+    monkeypatch.setattr(ann_module, "_build", lambda *a: pytest.fail("a graph was rebuilt for a small write"))
+    rng = np.random.default_rng(11)
+    x2, labels2, remap, at = _write(x, labels, rng, add=60, delete=40, move=30)
+    h2 = h.updated(x2, remap, labels2)
+    assert _graphs(h2) == _graphs(h)  # the same graph objects, added to
+    for visible in (None, ["b", "d"], ["c"]):
+        allowed = None if visible is None else clearance(labels2, visible)
+        assert recall(x2, queries, h2, allowed) >= 0.98
+    for row in at:  # every new vector is found under its own label, and only there
+        assert h2.top(x2[row], 1, clearance(labels2, [labels2[row]]))[0] == row
+    moved = np.flatnonzero((remap >= 0) & (labels != "d"))
+    moved = [int(remap[r]) for r in moved if labels2[remap[r]] == "d"]
+    assert moved
+    for row in moved:
+        assert h2.top(x2[row], 1, clearance(labels2, ["d"]))[0] == row
+        assert row not in h2.top(x2[row], 50, clearance(labels2, [v for v in SHARES if v != "d"]))
+    doc_filter = np.zeros(len(x2), dtype=bool)
+    doc_filter[::7] = True  # a mask across partitions, not a union of labels
+    assert recall(x2, queries, h2, doc_filter) >= 0.98
+
+
+def test_the_engine_before_a_write_answers_as_it_did(labelled):
+    x, labels, queries, _ = labelled
+    h = HNSW(x, labels, exact_max=EXACT_MAX)
+    allowed = clearance(labels, ["c", "d"])
+    before = [(h.top(q, 20).tolist(), h.top(q, 20, allowed).tolist()) for q in queries[:20]]
+    rng = np.random.default_rng(12)
+    x2, labels2, remap, _ = _write(x, labels, rng, add=300, delete=100, move=50)
+    h.updated(x2, remap, labels2)  # adds to the graphs h searches too
+    assert [(h.top(q, 20).tolist(), h.top(q, 20, allowed).tolist()) for q in queries[:20]] == before
+
+
+def test_ten_thousand_mixed_writes_keep_recall_against_exact_search(labelled, monkeypatch):
+    """Adds, deletions and relabels one row at a time: tombstones pile up, partitions are
+    compacted as they cross ``compact_at``, and the result still agrees with exact search."""
+    x, labels, queries, _ = labelled
+    x, labels = x[:3000], labels[:3000]
+    h = HNSW(x, labels, exact_max=EXACT_MAX)
+    builds: list[int] = []
+    real = ann_module._build
+    monkeypatch.setattr(ann_module, "_build", lambda v, *a: builds.append(len(v)) or real(v, *a))
+    rng = np.random.default_rng(13)
+    kinds = rng.choice(3, size=10_000)
+    for kind in kinds:
+        x, labels, remap, _ = _write(x, labels, rng, add=int(kind == 0), delete=int(kind == 1), move=int(kind == 2),
+                                     to=str(rng.choice(["b", "c", "d"])))
+        h = h.updated(x, remap, labels)
+    # compacted now and then (a few rebuilds, not one per write), with tombstones left since
+    assert 0 < len(builds) < 50 and sum(p.dead for p in h.parts) > 0
+    for visible in (None, ["c"], ["a", "b", "d"]):
+        assert recall(x, queries, h, None if visible is None else clearance(labels, visible)) >= 0.98
+
+
+def test_a_partition_is_rebuilt_once_a_quarter_of_it_is_tombstones(labelled, monkeypatch):
+    x, labels, _, _ = labelled
+    h = HNSW(x, labels, exact_max=EXACT_MAX)
+    builds: list[int] = []
+    real = ann_module._build
+    monkeypatch.setattr(ann_module, "_build", lambda v, *a: builds.append(len(v)) or real(v, *a))
+    keep = np.ones(len(x), dtype=bool)
+    d_rows = np.flatnonzero(labels == "d")
+    keep[d_rows[: len(d_rows) // 5]] = False  # a fifth: tombstones
+    from microrag_engine.engine import _remap
+
+    at = np.zeros(0, dtype=np.int64)
+    h2 = h.updated(x[keep], _remap(keep, at, int(keep.sum())), labels[keep])
+    assert not builds and next(p for p in h2.parts if p.label == "d").dead == len(d_rows) // 5
+    keep2 = np.ones(int(keep.sum()), dtype=bool)
+    keep2[np.flatnonzero(labels[keep] == "d")[: len(d_rows) // 10]] = False  # 30% in all: compacted
+    h3 = h2.updated(x[keep][keep2], _remap(keep2, at, int(keep2.sum())), labels[keep][keep2])
+    d3 = next(p for p in h3.parts if p.label == "d")
+    assert builds == [d3.ids.size] and d3.dead == 0
+
+
+def test_a_write_is_saved_and_reopens_without_a_rebuild_then_takes_more_writes(tmp_path, labelled, monkeypatch):
+    x, labels, queries, _ = labelled
+    h = HNSW(x, labels, cache=tmp_path / "ix.hnsw-1.faiss", exact_max=EXACT_MAX)
+    rng = np.random.default_rng(14)
+    x2, labels2, remap, at = _write(x, labels, rng, add=80, delete=50, move=20)
+    h2 = h.updated(x2, remap, labels2)
+    h2.save(tmp_path / "ix.hnsw-2.faiss")
+    monkeypatch.setattr(ann_module, "_build", lambda *a: pytest.fail("rebuilt a saved write"))
+    reopened = HNSW(x2, labels2, cache=tmp_path / "ix.hnsw-2.faiss", exact_max=EXACT_MAX)
+    allowed = clearance(labels2, ["b", "d"])
+    for q in queries[:20]:
+        assert reopened.top(q, 10).tolist() == h2.top(q, 10).tolist()
+        assert reopened.top(q, 10, allowed).tolist() == h2.top(q, 10, allowed).tolist()
+    # the reopened graphs are memory-mapped files: a write takes an owned copy before adding
+    x3, labels3, remap3, at3 = _write(x2, labels2, rng, add=40, delete=10, move=0)
+    h3 = reopened.updated(x3, remap3, labels3)
+    assert all(h3.top(x3[r], 1, clearance(labels3, [labels3[r]]))[0] == r for r in at3)
+    assert recall(x3, queries, h3, None) >= 0.98
+
+
+def test_readers_search_while_a_writer_adds_to_the_same_graphs(labelled):
+    import threading
+
+    x, labels, queries, _ = labelled
+    h = HNSW(x, labels, exact_max=EXACT_MAX)
+    current = [h, len(x)]
+    errors: list[BaseException] = []
+    stop = threading.Event()
+
+    def read() -> None:
+        try:
+            while not stop.is_set():
+                engine, n = current
+                for q in queries[:5]:
+                    got = engine.top(q, 10)
+                    assert got.size == 10 and (got < n).all()
+        except BaseException as exc:  # noqa: BLE001 - reported by the main thread
+            errors.append(exc)
+
+    readers = [threading.Thread(target=read) for _ in range(3)]
+    for t in readers:
+        t.start()
+    rng = np.random.default_rng(15)
+    try:
+        for _ in range(100):
+            x, labels, remap, _ = _write(x, labels, rng, add=20, delete=5, move=2)
+            current[:] = [current[0].updated(x, remap, labels), len(x)]
+    finally:
+        stop.set()
+        for t in readers:
+            t.join()
+    assert not errors, errors[0]
+    assert recall(x, queries, current[0], None) >= 0.98

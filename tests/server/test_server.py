@@ -5,6 +5,8 @@ from __future__ import annotations
 import json
 import logging
 import os
+import subprocess
+import sys
 import threading
 import time
 from concurrent.futures import ThreadPoolExecutor
@@ -275,6 +277,65 @@ def test_parallel_queries_during_ingest(srv):
     w.join()
     assert all(r.status_code == 200 for r in results)
     assert all(r.json()["sources"][0]["doc"] == "leave.md" for r in results)
+
+
+def test_a_microrag_ingest_from_another_process_is_served_without_a_restart(tmp_path):
+    """The server on a folder index notices another process's write to that folder (the
+    store's generation, compared at most once a second) and serves it: updated in place,
+    the documents it had still answered the same."""
+    s = Running(tmp_path)
+    try:
+        before = s.call("POST", "/query", "admin", json={"query": "how many vacation days carry over?"}).json()
+        notes = tmp_path / "notes"
+        notes.mkdir()
+        (notes / "parking.md").write_text("# Parking\n\nVisitor parking permits are issued by the front desk in Hall B.")
+        done = subprocess.run([sys.executable, "-m", "microrag_engine.cli", "ingest", str(notes),
+                               "--index", str(tmp_path / "ix"), "-q"], capture_output=True, text=True, timeout=300)
+        assert done.returncode == 0, done.stderr
+        deadline, seen = time.monotonic() + 10, None
+        while time.monotonic() < deadline:
+            r = s.call("POST", "/query", "admin", json={"query": "who issues visitor parking permits?"})
+            assert r.status_code == 200, r.text
+            seen = r.json()
+            if any(src["doc"] == "notes/parking.md" for src in seen["sources"]):
+                break
+            time.sleep(0.3)
+        assert any(src["doc"] == "notes/parking.md" for src in seen["sources"]), seen
+        after = s.call("POST", "/query", "admin", json={"query": "how many vacation days carry over?"}).json()
+        assert [x["doc"] for x in after["sources"]][:1] == [x["doc"] for x in before["sources"]][:1]
+    finally:
+        s.stop()
+
+
+def test_after_an_upload_a_restart_opens_the_saved_index_instead_of_deriving_it(tmp_path):
+    """The server saves what a write derived in the background: a process opening the index
+    after an upload maps the new generation's files (no snapshot of the store is read)."""
+    from microrag_engine.engine import Engine
+    from microrag_engine.store import open_store
+
+    s = Running(tmp_path)
+    try:
+        r = s.call("POST", "/ingest", "trusted", json={"source": "notes/badges.md",
+                                                        "body": "# Badges\n\nVisitor badges are printed at the front desk."})
+        assert r.status_code == 200, r.text
+        store = open_store(tmp_path / "ix")
+
+        def derive_again():
+            raise AssertionError("derived again from the store")
+
+        store.snapshot = derive_again  # type: ignore[method-assign]
+        deadline, engine = time.monotonic() + 15, None
+        while engine is None:
+            try:
+                engine = Engine.from_store(store, preset("default"), save_derived=False)
+            except AssertionError:
+                if time.monotonic() > deadline:
+                    raise
+                time.sleep(0.2)
+        assert any(h.chunk.doc.endswith("/notes/badges.md") for h in engine.retrieve("who prints visitor badges?").hits)
+        store.close()
+    finally:
+        s.stop()
 
 
 # ---------------------------------------------------------------- streaming, audit, collisions

@@ -3,6 +3,7 @@ and who the caller is (API key -> principal, with rate limits and key-guess thro
 
 from __future__ import annotations
 
+import logging
 import threading
 import time
 from collections import defaultdict
@@ -13,14 +14,56 @@ from fastapi import Depends, HTTPException, Request
 
 from ..config import override
 from ..engine import Engine
-from ..store.base import DocRecord
+from ..store.base import DocRecord, Store
 from .auth import ANONYMOUS, Principal
 from .config import EVERYONE_ADMIN, ServerConfig
 from .screening import Screening
 from .tables import PostgresTables
 
-# How often a replica on a shared database looks for other replicas' writes (seconds).
+# How often a server looks for other processes' writes to its store (seconds).
 SHARED_CHECK_S = 1.0
+
+log = logging.getLogger("microrag")
+
+
+class DerivedSaver:
+    """Saves the latest engine's derived files (``Engine.save_derived``) in one background
+    thread, so a restart after writes opens from them instead of deriving everything again.
+    Writes in a burst coalesce: only the newest engine waiting is saved, and never under the
+    writer's lock (at a million chunks a save writes gigabytes)."""
+
+    def __init__(self, store: Store) -> None:
+        self.store = store
+        self._cond = threading.Condition()
+        self._waiting: Engine | None = None
+        self._thread: threading.Thread | None = None
+        self.saved = 0  # the generation last saved (tests and logs)
+
+    def submit(self, engine: Engine) -> None:
+        with self._cond:
+            self._waiting = engine
+            if self._thread is None:
+                self._thread = threading.Thread(target=self._run, name="microrag-save-derived", daemon=True)
+                self._thread.start()
+
+    def _run(self) -> None:
+        while True:
+            with self._cond:
+                engine, self._waiting = self._waiting, None
+                if engine is None:
+                    self._thread = None
+                    self._cond.notify_all()
+                    return
+            try:
+                if engine.save_derived(self.store):
+                    self.saved = engine.generation
+            except Exception:  # derived data: the index works without it; the next open derives it
+                log.exception("saving the derived index of generation %d failed", engine.generation)
+
+    def wait(self, timeout: float | None = None) -> bool:
+        """Block until nothing is waiting or being saved (shutdown, tests); False on timeout."""
+        with self._cond:
+            return self._cond.wait_for(lambda: self._thread is None, timeout)
 
 
 class Limiter(Protocol):
@@ -119,6 +162,7 @@ class ServerContext:
         self.guesses: Limiter = SharedRateLimiter(shared, cfg.key_failures_per_minute, "wrong-keys") if shared \
             else RateLimiter(cfg.key_failures_per_minute)  # wrong keys per client address
         self.screening = Screening(cfg.state)
+        self.saver = DerivedSaver(cfg.store)
         self.reload()
 
     @property
@@ -126,16 +170,15 @@ class ServerContext:
         return self.current()
 
     def current(self, who: Principal | None = None) -> Engine | None:
-        """The current engine. With a database other replicas write to as well, the store's
+        """The current engine. Other processes write to the store too (replicas on one
+        database, a `microrag ingest` into this server's folder index), so the store's
         generation is compared at most once a second (on every request of a caller who has
-        written: they must read their own writes), and a newer one is loaded - unless this
-        replica is writing right now (the request goes on with the engine it has)."""
+        written: they must read their own writes), and a newer one is loaded - as an update
+        of the current engine, the changed documents only - unless this server is writing
+        right now (the request goes on with the engine it has)."""
         engine = self._engine
         wrote = who.wrote if who is not None else ""
-        # (an engine that holds the corpus is reloaded by this process's writes only; an empty
-        # index is looked at again, since another replica or `microrag ingest` may fill it)
-        shared = engine is None or engine.store is not None
-        if shared and (wrote or time.monotonic() - self.checked > SHARED_CHECK_S):
+        if wrote or time.monotonic() - self.checked > SHARED_CHECK_S:
             self.checked = time.monotonic()
             with self.cfg.store.reading_after(wrote):
                 newer = self.cfg.store.generation() > self.seen
@@ -155,10 +198,10 @@ class ServerContext:
         with self.lock:
             self.seen = self.cfg.store.generation()  # (before the records: see Engine.from_store)
             # Postgres + BM25: retrieval runs in the database (stateless replicas); else loaded here.
-            # The derived files are saved at start only: after a write (under this lock) saving a
-            # generation the next write replaces would only delay the swap. After a write the
-            # current engine is updated with the changed documents (Engine.updated), not derived
-            # again; requests keep reading the current one until the new one is swapped in.
+            # After a write the current engine is updated with the changed documents
+            # (Engine.updated), not derived again; requests keep reading the current one until the
+            # new one is swapped in. Its derived files are saved in the background, not under
+            # this lock (at start, the first open saves them itself).
             current = self._engine
             records = self.cfg.store.documents()
             settings = self.cfg.settings if self.on.answer_checks else \
@@ -171,6 +214,8 @@ class ServerContext:
                 engine = Engine.from_store(self.cfg.store, settings, save_derived=current is None)
             if engine is not None and self.on.provenance_prior:
                 engine.set_tiers(self.tiers(records))
+            if engine is not None and current is not None and engine.store is None:
+                self.saver.submit(engine)
             self._engine = engine
             self.checked = time.monotonic()
 
