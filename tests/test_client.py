@@ -105,7 +105,7 @@ def test_chat_answers_a_conversation_with_the_microrag_block(reader):
     assert ext["sources"][0]["doc"] == "leave.md" and not ext["refused"] and ext["retrieval_query"] == VACATION
     follow = [*turns, Turn("assistant", text), {"role": "user", "content": "and can they carry them over?"}]
     second = reader.chat(follow, top_k=2)
-    assert "Sources:\n[1] leave.md · chunk 0" in second["choices"][0]["message"]["content"]
+    assert "Sources:\n\n1. Leave — `leave.md · chunk 0`" in second["choices"][0]["message"]["content"]
     assert second["microrag"]["retrieval_query"].startswith(VACATION)  # the follow-up was condensed
     assert any(f.startswith("conversation: retrieval query") for f in second["microrag"]["flags"])
 
@@ -114,7 +114,7 @@ def test_chat_streams_chunks_ending_with_the_microrag_block(reader):
     chunks = list(reader.chat([Turn("user", VACATION)], stream=True, verify=True))
     assert all(isinstance(c, ChatChunk) for c in chunks)
     text = "".join(c.delta for c in chunks)
-    assert "20 vacation days" in text and "\n\nSources:\n[1] leave.md · chunk 0" in text  # the citations block
+    assert "20 vacation days" in text and "\n\nSources:\n\n1. Leave — `leave.md · chunk 0`" in text  # the citations block
     last = chunks[-1]
     assert last.finish_reason == "stop" and last.microrag is not None
     assert last.microrag["sources"][0]["doc"] == "leave.md" and last.microrag["verification"]["supported"]

@@ -19,7 +19,7 @@ from __future__ import annotations
 
 import json
 from collections.abc import Iterator, Mapping, Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
 from types import TracebackType
 from typing import TYPE_CHECKING, Any, Literal, TypedDict, overload
@@ -125,6 +125,7 @@ class Sources:
     refused: bool
     reason: str
     capped: list[str]
+    context: list[Source] = field(default_factory=list)  # the hits' neighbours the answer may quote
 
 
 @dataclass(frozen=True)
@@ -288,7 +289,7 @@ class Client:
                 raise ServerError(str(payload.get("error", "the answer step failed")), 502)
             if event == "sources":
                 yield Sources(payload.get("sources", []), bool(payload.get("refused")), payload.get("reason", ""),
-                              payload.get("capped", []))
+                              payload.get("capped", []), payload.get("context", []))
             elif event == "done":
                 yield Done(payload.get("mode", ""), payload.get("flags", []), payload.get("verification"),
                            bool(payload.get("refused")), payload.get("reason", ""))

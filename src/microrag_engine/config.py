@@ -240,6 +240,7 @@ class LLMConfig:
     model: str = "default"
     temperature: float = 0.2
     max_tokens: int | None = None  # cap the reply (LLM_MAX_TOKENS); small local models can ramble
+    top_p: float | None = None  # nucleus sampling, when a caller asks for it (None: the model's default)
     max_retries: int = 2  # extra attempts after the first, for drops before any token
     timeout: float = 60.0
     backoff: float = 0.5  # seconds, doubled per retry

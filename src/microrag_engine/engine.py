@@ -433,6 +433,14 @@ class Engine:
         return {doc: title or Path(doc).stem for doc, (label, title) in seen.items()
                 if not label.startswith("_") and (allowed is None or label in allowed)}
 
+    def title(self, doc: str) -> str:
+        """One document's title, as :meth:`titles` gives it (no scan of the others when stored)."""
+        rec = self.records.get(doc)
+        if rec is not None:
+            return dict(rec.meta).get("title", "") or Path(doc).stem
+        found = next((d for d in self.documents if d.path == doc), None)
+        return title_of(found) if found is not None else Path(doc).stem
+
     @property
     def n_chunks(self) -> int:
         """Chunks behind this engine (counted in the store when retrieval is remote)."""
@@ -542,7 +550,7 @@ class Engine:
             ans = Answer("".join(_tee(stream, on_piece)), "llm", retrieval, truncated=stream.truncated, flags=list(notes))
             # Only the sentence itself, as the prompt asks: a reply that opens with it and goes on
             # says something, and is verified like any other.
-            if ans.text.strip().strip('"').strip() == NOT_IN_DOCUMENTS:
+            if ans.text.strip().strip('"').strip().replace("\u2019", "'") == NOT_IN_DOCUMENTS:
                 ans.refused, ans.reason = True, "the model found no answer in the passages"
             if stream.truncated and over():
                 ans.flags.append("budget: the answer was cut at the request's time budget")

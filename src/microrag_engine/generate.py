@@ -3,7 +3,8 @@
 In:  the query and the ``Retrieval`` of step 3 (with the keyword leg's term weights
      over what the caller may read) and the embedder.
 Out: answer text - the passages of the retrieved chunks that answer the query, each
-     cited - or a refusal that says plainly what the passages found do not cover.
+     cited - or the refusal sentence (``NOT_IN_DOCUMENTS``), its reason (a missing word,
+     no passage that answers) apart for the structured fields.
 
 (The model path of step 5 is ``runtime/llm.py``, fed by step 4's messages.)
 
@@ -427,14 +428,13 @@ def extract(query: str, retrieval: Retrieval, embedder: Embedder | None = None,
     """:func:`extractive_answer`, with the refusal's reason apart from its text."""
     if retrieval.refused or not retrieval.hits:
         why = retrieval.reason or "nothing retrieved answers it"
-        return Extracted(f"{NOT_IN_DOCUMENTS}{f' ({retrieval.reason})' if retrieval.reason else ''}", why)
+        return Extracted(NOT_IN_DOCUMENTS, why)
     scores = score_units(query, retrieval, embedder, weight, learned)
     verdict = judge(scores.rel, min_support, max_missing, rescue_sem)
     if not verdict.answerable:
-        return Extracted(f"{NOT_IN_DOCUMENTS} ({verdict.reason})", verdict.reason)
+        return Extracted(NOT_IN_DOCUMENTS, verdict.reason)
     if not scores.spans:  # only headings and bare questions: nothing that says anything
-        return Extracted(f"{NOT_IN_DOCUMENTS} (no passage in the documents answers it)",
-                         "no passage in the documents answers it")
+        return Extracted(NOT_IN_DOCUMENTS, "no passage in the documents answers it")
     units, spans, total = scores.units, scores.spans, scores.total
     passages = retrieval.passages
     order = [int(i) for i in np.argsort(-total, kind="stable")]

@@ -140,6 +140,11 @@ def _stopwords() -> frozenset[str]:
     return frozenset(BM25S_STOPWORDS_EN) | frozenset(EXTRA_STOPWORDS)
 
 
+def stopwords() -> frozenset[str]:
+    """The words the production tokenizer drops (bm25s' list and question/pronoun words)."""
+    return _stopwords()
+
+
 def bm25_tokens(text: str) -> list[str]:
     """Production tokenizer: unicode words incl. digits, lower-cased, stop-worded, stemmed."""
     stop = _stopwords()

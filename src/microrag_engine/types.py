@@ -96,7 +96,9 @@ class Retrieval:
 
 
 # What an answer says when there is nothing to say - one wording per reason, everywhere.
-NOT_IN_DOCUMENTS = "I don't have that in the indexed documents."  # the gate refused: nothing retrieved answers it
+# Plain words for the person reading: why (a threshold, a missing word) is in ``reason`` and
+# the structured fields, never in the sentence a chat UI shows or makes a title of.
+NOT_IN_DOCUMENTS = "The indexed documents don't cover that."  # nothing retrieved answers it
 NOT_SUPPORTED = "I can't give an answer that the documents support."  # verification removed every sentence
 
 # The three outcomes of checking a claim against a passage - one vocabulary for the NLI

@@ -64,7 +64,7 @@ def test_extractive_answer_cites_the_right_document(demo_engine, question, doc):
 def test_extractive_answer_refuses_plainly():
     eng = Engine.from_paths([FIXTURES / "seed-kb"], preset("seed"))
     ans = eng.ask("flibberjab wuzzle qxzzy")
-    assert ans.retrieval.refused and ans.text.startswith("I don't have that")
+    assert ans.retrieval.refused and ans.text.startswith("The indexed documents don't cover that.")
 
 
 # ---------------------------------------------------------------- CLI
@@ -74,7 +74,8 @@ def test_extractive_answer_refuses_plainly():
 def test_ask_prints_a_cited_answer_offline():
     proc = run_cli("ask", "how many vacation days do I get?")
     assert proc.returncode == 0, proc.stderr
-    assert "[source: hr/leave-and-holidays.md · chunk" in proc.stdout
+    assert "[1]" in proc.stdout and "[source:" not in proc.stdout  # numbered, as a person reads it
+    assert "\nSources:\n  1. " in proc.stdout and "— hr/leave-and-holidays.md · chunk" in proc.stdout
     assert "extractive" in proc.stderr  # says which answerer it used
 
 

@@ -51,7 +51,7 @@ def test_summary_counts_refusals_on_both_sides():
     assert s["hit@4"] == 0.5 and s["fact_recall"] == 0.25 and s["all_facts"] == 0.0
     assert s["refused_unanswerable"] == 1.0 and s["false_refusals"] == 0.5
     assert s["answer_ms_p50"] == pytest.approx(20.0)
-    assert is_refusal(results[2].answer) and not is_refusal("The documents say: I don't have that form.")
+    assert is_refusal(results[2].answer) and not is_refusal("The documents say that form covers leave.")
 
 
 def test_the_committed_qa_sets_are_well_formed():

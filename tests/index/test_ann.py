@@ -260,6 +260,14 @@ def _graphs(h: HNSW) -> dict[str, object]:
     return {p.label: p.graph for p in h.parts if p.graph is not None}
 
 
+def _consistent(h: HNSW, labels: np.ndarray) -> None:
+    """Each partition's slot table names exactly its label's rows, each once, ``local`` aligned."""
+    for p in h.parts:
+        assert np.array_equal(p.ids, np.flatnonzero(labels == p.label))
+        assert np.array_equal(p.slots[p.local], p.ids)
+        assert np.array_equal(np.sort(p.slots[p.slots >= 0]), p.ids)
+
+
 def test_a_write_keeps_every_graph_and_finds_what_exact_search_finds(labelled, monkeypatch):
     x, labels, queries, _ = labelled
     h = HNSW(x, labels, exact_max=EXACT_MAX)
@@ -268,6 +276,7 @@ def test_a_write_keeps_every_graph_and_finds_what_exact_search_finds(labelled, m
     x2, labels2, remap, at = _write(x, labels, rng, add=60, delete=40, move=30)
     h2 = h.updated(x2, remap, labels2)
     assert _graphs(h2) == _graphs(h)  # the same graph objects, added to
+    _consistent(h2, labels2)
     for visible in (None, ["b", "d"], ["c"]):
         allowed = None if visible is None else clearance(labels2, visible)
         assert recall(x2, queries, h2, allowed) >= 0.98
@@ -312,6 +321,7 @@ def test_ten_thousand_mixed_writes_keep_recall_against_exact_search(labelled, mo
         h = h.updated(x, remap, labels)
     # compacted now and then (a few rebuilds, not one per write), with tombstones left since
     assert 0 < len(builds) < 50 and sum(p.dead for p in h.parts) > 0
+    _consistent(h, labels)
     for visible in (None, ["c"], ["a", "b", "d"]):
         assert recall(x, queries, h, None if visible is None else clearance(labels, visible)) >= 0.98
 

@@ -166,10 +166,13 @@ def test_answer_is_cited_and_verified(srv):
     assert not out["refused"] and out["mode"] == "extractive"
     assert out["reason"] == ""
     odd = http(srv, "reader", lambda c: call(c, "answer", query="How many vacation days does the kubernetes operator rotate?"))
-    assert odd["refused"] and odd["reason"] and odd["answer"].startswith("I don't have that")  # the answerer's refusal
-    assert "[source: leave.md · chunk 0]" in out["answer"] and out["sources"][0]["doc"] == "leave.md"
+    assert odd["refused"] and odd["reason"] and odd["answer"].startswith("The indexed documents don't cover that.")
+    # Numbered for whoever reads it, the list naming what [1] is; every hit stays in "sources".
+    assert "[1]" in out["answer"] and "[source:" not in out["answer"] and "\nSources:\n\n1. Leave — `leave.md · chunk 0`" in out["answer"]
+    assert out["cited"][0] == {"n": 1, "doc": "leave.md", "chunk": 0, "page": 0, "title": "Leave", "section": ""}
+    assert out["sources"][0]["doc"] == "leave.md"
     v = out["verification"]
-    assert v["text"] == out["answer"] and v["sentences"] and v["sentences"][0]["verdict"] == "entailed"
+    assert "[source: leave.md · chunk 0]" in v["text"] and v["sentences"] and v["sentences"][0]["verdict"] == "entailed"
     unverified = http(srv, "reader", lambda c: call(c, "answer", query=VACATION, verify=False))
     assert unverified["verification"] is None
     refused = http(srv, "reader", lambda c: call(c, "answer", query=SALARY))
@@ -271,7 +274,8 @@ def test_stdio_serves_each_key_its_own_clearance(srv, home):
         out = results[name]
         assert out["tools"] == TOOLS and "salaries.md" not in docs(out["search"]["hits"])
         assert REFUSED in error_of(out["fetch"]) and out["collections"]["documents"] == 3
-        assert "[source: leave.md · chunk 0]" in out["answer"]["answer"] and out["answer"]["verification"]["sentences"]
+        said = out["answer"]
+        assert "[1]" in said["answer"] and said["cited"][0]["doc"] == "leave.md" and said["verification"]["sentences"]
     admin_out = results["admin"]
     assert "salaries.md" in docs(admin_out["search"]["hits"]) and "180000" in admin_out["fetch"].structured_content["text"]
     trail = ServerState(index / "server.sqlite").trail(200)

@@ -75,7 +75,8 @@ def test_chat_completion_cites_its_sources_in_the_text_and_the_extension(srv):
                                             messages=[{"role": "user", "content": "how many vacation days do employees get?"}])
     text = r.choices[0].message.content
     assert "20" in text and r.choices[0].finish_reason == "stop" and r.object == "chat.completion"
-    assert "\n\nSources:\n[1] handbook/leave.md · chunk 0" in text
+    assert "[1]" in text and "[source:" not in text
+    assert "\n\nSources:\n\n1. Leave — `handbook/leave.md · chunk 0`" in text
     ext = r.model_extra["microrag"]
     assert ext["sources"][0]["doc"] == "handbook/leave.md" and ext["refused"] is False
     assert ext["retrieval_query"] == "how many vacation days do employees get?" and ext["condensed"] == "alone"
@@ -87,7 +88,7 @@ def test_a_refusal_by_the_answerer_is_refused_in_the_extension(srv):
     r = client(srv).chat.completions.create(
         model="microrag", messages=[{"role": "user", "content": "How many vacation days does the kubernetes operator rotate?"}])
     ext = r.model_extra["microrag"]
-    assert ext["refused"] is True and ext["reason"] and r.choices[0].message.content.startswith("I don't have that")
+    assert ext["refused"] is True and ext["reason"] and r.choices[0].message.content.startswith("The indexed documents don't cover that.")
 
 
 def test_a_collection_model_only_draws_from_that_collection(srv):
@@ -313,5 +314,99 @@ def test_names_leave_through_the_output_guard_on_every_channel(tmp_path):
         for reply in replies:
             assert file_key not in reply and folder_key not in reply, reply[:300]
         assert "refunds" in replies[2].lower() and "14 days" in replies[3]
+    finally:
+        s.stop()
+
+
+@pytest.mark.parametrize(("option", "value", "param"), [
+    ("n", 2, "n"),
+    ("tool_choice", "required", "tool_choice"),
+    ("tool_choice", {"type": "function", "function": {"name": "lookup"}}, "tool_choice"),
+    ("response_format", {"type": "json_object"}, "response_format"),
+    ("logprobs", True, "logprobs"),
+])
+def test_an_option_this_door_cannot_honour_is_a_400_naming_it(srv, option, value, param):
+    """An agent relying on n, tools or JSON mode learns from the status, not from a 200 that ignored it."""
+    with pytest.raises(openai.BadRequestError) as refused:
+        client(srv).chat.completions.create(model="microrag", messages=[{"role": "user", "content": "vpn port?"}],
+                                            **{option: value})
+    assert refused.value.body["param"] == param and refused.value.body["type"] == "invalid_request_error"
+    assert param in refused.value.body["message"]
+
+
+def test_options_that_change_nothing_here_are_accepted(srv):
+    r = client(srv).chat.completions.create(model="microrag", messages=[{"role": "user", "content": "which port does the VPN use?"}],
+                                            n=1, tool_choice="none", response_format={"type": "text"}, logprobs=False,
+                                            temperature=0.2, seed=7, user="someone")
+    assert len(r.choices) == 1 and r.choices[0].message.content
+
+
+def test_tools_left_to_the_models_choice_are_answered_without_a_call(srv):
+    """Open WebUI offers its built-in tools with every message (tool_choice unset: the model's
+    choice): answered from the documents, no tool call, and the extension says so."""
+    lookup = {"type": "function", "function": {"name": "lookup", "parameters": {"type": "object", "properties": {}}}}
+    r = client(srv).chat.completions.create(model="microrag", messages=[{"role": "user", "content": "which port does the VPN use?"}],
+                                            tools=[lookup])
+    assert "51820" in r.choices[0].message.content and not r.choices[0].message.tool_calls
+    assert r.choices[0].finish_reason == "stop"
+    assert any(f.startswith("tools: 1 client tools offered, none called") for f in r.model_extra["microrag"]["flags"])
+
+
+def test_sampling_options_reach_the_configured_model_under_the_operators_ceiling(tmp_path, llm_server):
+    llm_server.script(sse(delta(content="The VPN listens on port 51820 [source: vpn.md · chunk 0]")),
+                      sse(delta(content="The VPN listens on port 51820 [source: vpn.md · chunk 0]")))
+    s = Running(tmp_path, llm=llm_server.cfg(max_tokens=300), verify=False)
+    try:
+        ask = [{"role": "user", "content": "which port does the VPN use?"}]
+        client(s).chat.completions.create(model="microrag", messages=ask, temperature=0.7, top_p=0.5, max_tokens=10**6)
+        client(s).chat.completions.create(model="microrag", messages=ask)
+        (asked, default) = (q.body for q in llm_server.requests)
+        assert asked["temperature"] == 0.7 and asked["top_p"] == 0.5
+        assert asked["max_tokens"] == default["max_tokens"] == 300  # the operator's ceiling holds
+        assert default["temperature"] == llm_server.cfg().temperature and "top_p" not in default
+    finally:
+        s.stop()
+
+
+OPEN_WEBUI_TITLE = ("### Task:\nGenerate a concise title summarizing the chat history.\n### Guidelines:\n- Keep it short.\n"
+                    "### Output:\nJSON format: { \"title\": \"your concise title here\" }\n### Chat History:\n<chat_history>\n"
+                    "USER: how many vacation days do employees get?\nASSISTANT: \n</chat_history>")
+
+
+def test_a_chat_uis_title_task_gets_a_title_not_a_refusal(srv):
+    """Open WebUI asks the chat's model for a title (its prompt, as recorded from 0.12.4): the
+    reply is the JSON it parses, made without retrieval, and the audit keeps no conversation."""
+    r = client(srv).chat.completions.create(model="microrag", messages=[{"role": "user", "content": OPEN_WEBUI_TITLE}],
+                                            max_tokens=1000)
+    assert json.loads(r.choices[0].message.content) == {"title": "Vacation Days Employees"}
+    ext = r.model_extra["microrag"]
+    assert ext["task"] == "title" and ext["mode"] == "fallback" and ext["sources"] == [] and not ext["refused"]
+    rows = [row for row in srv.call("GET", "/audit?limit=20", "admin").json() if row["action"] == "task"]
+    assert rows and rows[0]["query"] == "title (chat UI housekeeping)" and "vacation" not in json.dumps(rows[0])
+    streamed = "".join(c.choices[0].delta.content or "" for c in client(srv).chat.completions.create(
+        model="microrag", stream=True, messages=[{"role": "user", "content": OPEN_WEBUI_TITLE}]) if c.choices)
+    assert json.loads(streamed) == {"title": "Vacation Days Employees"}
+    named = client(srv).chat.completions.create(model="microrag", messages=[{"role": "user", "content": "vpn port setup"}],
+                                                extra_body={"microrag": {"task": "tags"}})
+    assert json.loads(named.choices[0].message.content) == {"tags": ["General"]}
+
+
+def test_with_a_model_a_title_task_is_our_prompt_with_the_conversation_as_data(tmp_path, llm_server):
+    llm_server.script(sse(delta(content='{"title": "Vacation Allowance"}')), sse(delta(content="I cannot do that.")))
+    s = Running(tmp_path, llm=llm_server.cfg(), verify=False)
+    try:
+        ask = [{"role": "user", "content": OPEN_WEBUI_TITLE}]
+        first = client(s).chat.completions.create(model="microrag", messages=ask)
+        assert json.loads(first.choices[0].message.content) == {"title": "Vacation Allowance"}
+        assert first.model_extra["microrag"]["mode"] == "llm"
+        (sent,) = (q.body for q in llm_server.requests)
+        system, user = sent["messages"]
+        assert system["role"] == "system" and "data, never instructions" in system["content"]
+        assert "### Task" not in system["content"] + user["content"][:40]  # the client's prompt is not forwarded as ours
+        assert "USER: how many vacation days do employees get?" in user["content"]
+        # A model that does not answer in the shape asked for: the fallback's title, never its prose.
+        second = client(s).chat.completions.create(model="microrag", messages=ask)
+        assert json.loads(second.choices[0].message.content) == {"title": "Vacation Days Employees"}
+        assert second.model_extra["microrag"]["mode"] == "fallback"
     finally:
         s.stop()

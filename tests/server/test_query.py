@@ -110,6 +110,12 @@ def test_titles_that_are_code_paths_markup_or_injections_are_never_offered():
     assert got["l.md"]["title"] == "json — JSON encoder and decoder" and got["m.md"]["title"] == "Virtual Environments"
 
 
+def test_a_title_many_documents_share_is_offered_only_when_nothing_else_is():
+    titles = {"a/intro.md": "Introduction", "b/intro.md": "Introduction", "c/intro.md": "introduction", "wal.md": "Write-Ahead Logging"}
+    assert askable_titles(titles) == [("wal.md", "Write-Ahead Logging")]
+    assert len(askable_titles({"a.md": "Overview", "b.md": "Overview"})) == 2  # all generic: better than none
+
+
 @hsettings(max_examples=200, deadline=None)
 @given(st.dictionaries(st.text(max_size=20), st.text(max_size=300), max_size=30), st.integers(1, 12))
 def test_any_titles_give_at_most_n_clean_questions(titles, n):

@@ -237,14 +237,22 @@ def test_ask_shows_cited_answer_and_score_bars(ui):
     ask(page, "How many vacation days do employees get?")
     turn = last_turn(page)
     cite = turn.locator(".answer a.cite").first
-    assert "leave.md" in cite.inner_text()
+    assert cite.inner_text() == "[1]" and cite.get_attribute("aria-label") == "Source 1: leave.md · chunk 0"
+    # Under the answer, the sources it cites by number and by their documents' own titles.
+    assert turn.locator(".cited li").all_inner_texts() == ["Leave — leave.md · chunk 0"]
     first = page.locator("#sources li").first
-    assert "leave.md" in first.inner_text()
+    assert first.locator("strong").inner_text() == "[1] Leave" and "leave.md · chunk 0" in first.inner_text()
+    assert first.locator(".chunktext h3").inner_text() == "Leave"  # the chunk's "# Leave", rendered, not raw Markdown
+    # Scores, the gate and verification wait behind one disclosure: the answer comes first.
+    why = turn.locator("details.why")
+    assert not why.get_attribute("open") and not turn.locator(".bars").first.is_visible()
+    why.locator("summary").click()
+    scored = turn.locator(".why .scored").first
     for kind in ("kw", "em", "hy"):
-        assert first.locator(f".bar.{kind}").count() == 1
-    assert float(first.locator(".bar.hy").get_attribute("aria-valuenow")) > 0
-    assert "Grounding gate passed" in page.inner_text("#status") and "null" not in page.inner_text("#status")
-    assert "Answer complete" in page.inner_text("#status")  # announced: #status is a live region
+        assert scored.locator(f".bar.{kind}").count() == 1
+    assert float(scored.locator(".bar.hy").get_attribute("aria-valuenow")) > 0
+    assert "Grounding gate passed" in why.inner_text() and "null" not in why.inner_text()
+    assert page.inner_text("#status") == "Answer complete."  # announced: #status is a live region
     # every answer sentence carries its NLI verdict, linked to the chunk that decided it
     verdicts = turn.locator(".verify li.verdict")
     assert verdicts.count() >= 1 and "✓ supported" in verdicts.first.inner_text()
@@ -322,7 +330,7 @@ def test_follow_up_uses_the_conversation_and_new_conversation_forgets_it(ui):
     assert sent[1]["history"][0]["content"] == "How many vacation days do employees get?"
     assert sent[1]["history"][1]["content"].split()[:3] == first_answer.split()[:3]
     # the follow-up was searched for with what it refers to, and the page says so in words
-    flags = last_turn(page).locator(".flags").inner_text()
+    flags = last_turn(page).locator(".flags").text_content()  # behind "Why these sources?", closed
     assert "searched for (with the conversation): How many vacation days" in flags and "hmac" not in flags
     assert "leave.md" in page.inner_text("#sources")
     # a citation in the older turn brings its own sources back
@@ -387,7 +395,7 @@ def test_answer_markdown_renders_sanitised_with_citations(llm_ui):
     assert "noopener" in link.get_attribute("rel") and link.get_attribute("target") == "_blank"
     assert "leave policy (intranet.example)" in answer.inner_text()  # where a link goes is shown
     assert "wiki.corp.example.com (corp.example.co)" in answer.inner_text()  # even when its text names a host
-    cite = answer.locator("a.cite", has_text="leave.md")
+    cite = answer.locator("a.cite[aria-label*='leave.md']")
     assert cite.count() >= 1
     cite.first.click()
     assert page.locator("#sources li.highlight").count() == 1
@@ -408,6 +416,7 @@ def test_answer_markdown_renders_sanitised_with_citations(llm_ui):
     assert "[image: pixel]" in answer.inner_text()  # an image is its description, never a request
     # verification rows are the verifier's sentences, markup rendered, none of them markup alone
     turn = last_turn(page)
+    turn.locator("details.why > summary").click()  # verification is behind the disclosure
     said = turn.locator(".verify li.verdict > .said, .verify li.verdict > details").all_inner_texts()
     assert said and not [s for s in said if not any(ch.isalnum() for ch in s)], said
     assert turn.locator(".verify details pre code").count() == 1  # the code block is one row, folded
@@ -646,6 +655,9 @@ def test_page_is_served_with_a_strict_csp(ui_server):
     for asset in ("/ui/app.js", "/ui/vendor/markdown-it.min.js", "/ui/vendor/purify.min.js", "/ui/favicon.svg"):
         got = httpx.get(srv.url + asset)
         assert got.status_code == 200 and got.headers["content-security-policy"] == csp, asset
+    for address in ("/ui/", "/ui"):  # what a person types: the page, not a 404
+        page = httpx.get(srv.url + address, follow_redirects=True)
+        assert page.status_code == 200 and page.text == r.text and page.headers["content-security-policy"] == csp, address
     icon = httpx.get(srv.url + "/favicon.ico")
     assert icon.status_code == 200 and icon.headers["content-type"] == "image/x-icon" and icon.content[:4] == b"\0\0\1\0"
 
@@ -672,7 +684,7 @@ def test_a_whole_session_under_the_real_csp_breaks_no_rule(model_server, browser
     page.locator("#samples li button").first.wait_for()
     page.fill("#question", "How many vacation days carry over?")
     page.press("#question", "Enter")
-    page.locator("#conversation .verify li.verdict").first.wait_for(timeout=60_000)
+    page.locator("#conversation .verify li.verdict").first.wait_for(state="attached", timeout=60_000)
     page.locator("#conversation .answer a.cite").first.click()
     page.locator("#sources li.highlight").wait_for()
     assert page.locator("#conversation .answer table").count() == 1  # the part whose alignment is a style attribute

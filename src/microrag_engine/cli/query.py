@@ -14,10 +14,10 @@ import json
 import sys
 from typing import TYPE_CHECKING, TextIO
 
-from ..augment import citation
 from ..config import LLMConfig
 from ..errors import MicroRAGError
 from ..generate import is_refusal
+from ..present import Numberer, Ref, Shown
 from ..types import Hit, Retrieval
 from ..verify import SentenceVerdict
 from .options import (
@@ -94,11 +94,11 @@ def verification_lines(verification: dict) -> list[str]:
     return ["Verification: " + str(verification.get("summary", "")), *("  " + verdict_line(v) for v in rows)]
 
 
-def print_sources(hits: list[Hit], out: TextIO) -> None:
-    """The answer's sources under ``ask``: citation and fused score."""
-    print("\nSources:", file=out)
-    for h in hits:
-        print(f"  {citation(h)} hybrid {h.hybrid:.3f}", file=out)
+def print_cited(shown: Shown, out: TextIO) -> None:
+    """The sources an answer cites, by number, under ``ask`` (``--json`` has every hit and its scores)."""
+    listed = shown.sources(markdown=False)
+    if listed:
+        print("\n" + listed, file=out)
 
 
 def rank_line(r: Retrieval) -> str:
@@ -162,7 +162,9 @@ def cmd_ask(args: argparse.Namespace) -> int:
              else "answering with the extractive answerer (no LLM_BASE_URL set)")
     # drop/refuse may rewrite the answer, so it is printed once checked, not streamed.
     rewrites = args.verify and engine.settings.verify_policy != "flag"
-    stream_out = None if args.json or rewrites else (lambda piece: print(piece, end="", flush=True))
+    # Citations numbered as the answer arrives ([1], [2], ...), listed after it.
+    numberer = Numberer(None)
+    stream_out = None if args.json or rewrites else (lambda piece: print(numberer.feed(piece), end="", flush=True))
     if args.verify and not args.quiet:
         diag(f"verifying each sentence with NLI model '{engine.settings.nli}' (policy {engine.settings.verify_policy})")
     ans = engine.ask(args.query, llm=llm, on_piece=stream_out, labels=labels_of(args), verify=args.verify,
@@ -179,22 +181,25 @@ def cmd_ask(args: argparse.Namespace) -> int:
         print()
         return 0
     if rewrites:
-        print(ans.text, end="")
-    print()
+        print(numberer.feed(ans.text), end="")
+    print(numberer.flush())
     if ans.verification:
         print("\nVerification: " + ans.verification.summary())
         for v in ans.verification.sentences:
             print("  " + verdict_line(v))
     if ans.truncated and not args.quiet:
         diag("warning: the LLM stream dropped mid-answer; the answer above is partial")
-    if ans.retrieval.hits and not ans.refused:  # a refusal quotes nothing: no sources to list
-        print_sources(ans.retrieval.hits, sys.stdout)
+    if ans.refused and ans.reason and not args.quiet:  # the answer is the plain sentence; why, for whoever tunes
+        diag(f"refused: {ans.reason}")
+    if not ans.refused:  # a refusal quotes nothing: no sources to list
+        passages = [Ref.of(h, engine.title(h.chunk.doc)) for h in ans.retrieval.passages]
+        print_cited(Shown("", numberer.cited).among(passages), sys.stdout)
     return 0
 
 
 def _ask_remote(args: argparse.Namespace, client: Client) -> int:
     """``ask --target``: the server's answer, streamed as it arrives, printed as ``ask`` prints."""
-    from ..client import Delta, Done, Sources, to_hit
+    from ..client import Delta, Done, Sources
 
     where, exclude = remote_filters(args)
     verify = True if args.verify else None  # without --verify: the server's default
@@ -208,16 +213,17 @@ def _ask_remote(args: argparse.Namespace, client: Client) -> int:
                   sys.stdout, ensure_ascii=False, indent=1)
         print()
         return 0
-    text, sources, done = "", [], None
+    text, refs, done, numberer = "", [], None, Numberer(None)
     for event in client.stream(args.query, top_k=args.top_k, where=where, exclude=exclude, verify=verify):
         if isinstance(event, Sources):
-            sources = [to_hit(s) for s in event.sources]
+            refs = [Ref(str(s.get("doc", "")), int(s.get("chunk", 0)), int(s.get("page") or 0), str(s.get("title", "")),
+                        str(s.get("text", ""))) for s in [*event.sources, *event.context]]
         elif isinstance(event, Delta):
             text += event.text
-            print(event.text, end="", flush=True)
+            print(numberer.feed(event.text), end="", flush=True)
         elif isinstance(event, Done):
             done = event
-    print()
+    print(numberer.flush())
     flags = done.flags if done else []
     unavailable = [f for f in flags if f.startswith("verify: unavailable")]
     if args.verify and unavailable:
@@ -226,6 +232,8 @@ def _ask_remote(args: argparse.Namespace, client: Client) -> int:
         print("\n" + "\n".join(verification_lines(done.verification)))
     if any(f.startswith("budget:") for f in flags) and not args.quiet:
         diag("warning: the server cut the answer at its time budget; the answer above is partial")
-    if sources and not ((done is not None and done.refused) or is_refusal(text)):
-        print_sources(sources, sys.stdout)
+    if done is not None and done.refused and done.reason and not args.quiet:
+        diag(f"refused: {done.reason}")
+    if not ((done is not None and done.refused) or is_refusal(text)):
+        print_cited(Shown("", numberer.cited).among(refs), sys.stdout)
     return 0

@@ -105,8 +105,8 @@ def fact_present(answer: str, alternatives: tuple[str, ...]) -> bool:
 def is_refusal(answer: str) -> bool:
     """A whole-answer refusal: the engine's wording (extractive) or a model that used it.
     Looser than ``generate.is_refusal`` on purpose: a model may open with a word or two
-    ("Sorry, I don't have that...") before the refusal sentence, or drop its full stop."""
-    head = answer.strip()[: len(NOT_IN_DOCUMENTS) + 40].lower()
+    ("Sorry, the indexed documents don't cover that") before the refusal sentence, or drop its full stop."""
+    head = answer.strip()[: len(NOT_IN_DOCUMENTS) + 40].lower().replace("\u2019", "'")  # a model's typographic apostrophe
     return NOT_IN_DOCUMENTS.lower()[:-1] in head
 
 

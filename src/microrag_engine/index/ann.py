@@ -112,22 +112,25 @@ class _Part:
     of ``ids[j]``."""
 
     def __init__(self, label: str, ids: np.ndarray, block: np.ndarray | None = None, graph: _Graph | None = None,
-                 slots: np.ndarray | None = None) -> None:
+                 slots: np.ndarray | None = None, local: np.ndarray | None = None) -> None:
         self.label, self.ids, self.block, self.graph = label, ids, block, graph
         self.slots = slots if slots is not None else ids
-        if graph is None:
+        self.live: np.ndarray | None = None
+        if graph is None or slots is None:
             self.local = np.arange(ids.size)
-            self.live: np.ndarray | None = None
-        else:
-            live = np.flatnonzero(self.slots >= 0)
-            self.local = live[np.argsort(self.slots[live], kind="stable")]
-            # Packed live-slot bits when some slots are not this engine's (tombstones); the
-            # graph may also hold slots added after it: a bitmap stops at its own length.
-            dead = self.slots.size - live.size
-            self.live = np.packbits(self.slots >= 0, bitorder="little") if dead else None
+            return
+        if local is None:  # (a write passes it in, merged in linear time: no sort at 1M rows)
+            live = np.flatnonzero(slots >= 0)
+            local = live[np.argsort(slots[live], kind="stable")]
+        self.local = local
+        # Packed live-slot bits when some slots are not this engine's (tombstones); the
+        # graph may also hold slots added after it: a bitmap stops at its own length.
+        if slots.size != ids.size:
+            self.live = np.packbits(slots >= 0, bitorder="little")
 
     @property
     def dead(self) -> int:
+        """Tombstones: slots of this partition's graph that are not its live rows."""
         return int(self.slots.size - self.ids.size)
 
 
@@ -221,19 +224,30 @@ class HNSW:
             if was is None or was.graph is None or len(ids) <= self.exact_max:
                 parts.append(new._fresh(name, ids))
                 continue
-            slots = np.where(was.slots >= 0, remap[np.maximum(was.slots, 0)], -1)
-            slots[slots >= 0] = np.where(new.codes[slots[slots >= 0]] == i, slots[slots >= 0], -1)
-            added = np.setdiff1d(ids, slots[slots >= 0], assume_unique=True)
-            dead = int((slots < 0).sum())
-            if dead > self.compact_at * (slots.size + added.size):
+            # Every step is linear: ``remap`` keeps the kept rows' order, so the survivors stay
+            # sorted by (new) global id, and survivors and additions partition ``ids``.
+            moved_to = remap[was.ids]  # each old live row's new row (-1: gone), in old row order
+            survive = moved_to >= 0
+            survive[survive] = new.codes[moved_to[survive]] == i  # still this label's
+            kept_rows, kept_slots = moved_to[survive], was.local[survive]
+            slots = np.full(was.slots.size, -1, dtype=np.int64)
+            slots[kept_slots] = kept_rows
+            mark = np.zeros(len(new.vectors), dtype=bool)
+            mark[kept_rows] = True
+            is_new = ~mark[ids]
+            added = ids[is_new]
+            if slots.size - kept_rows.size > self.compact_at * (slots.size + added.size):
                 parts.append(new._fresh(name, ids))
                 continue
+            local = np.empty(ids.size, dtype=np.int64)
+            local[~is_new] = kept_slots
             if added.size:
                 first = was.graph.add(new.vectors[added])
                 # slots another engine added after ``was`` (a branch of history) are not ours
                 gap = np.full(first - slots.size, -1, dtype=np.int64)
+                local[is_new] = np.arange(first, first + added.size)
                 slots = np.concatenate([slots, gap, added])
-            parts.append(_Part(name, ids, graph=was.graph, slots=slots))
+            parts.append(_Part(name, ids, graph=was.graph, slots=slots, local=local))
         new._init(parts)
         return new
 

@@ -68,6 +68,8 @@ class ChatStream:
         payload = {"model": cfg.model, "messages": self.messages, "temperature": cfg.temperature, "stream": True}
         if cfg.max_tokens:
             payload["max_tokens"] = cfg.max_tokens
+        if cfg.top_p is not None:
+            payload["top_p"] = cfg.top_p
         last_problem = ""
         for attempt in range(cfg.max_retries + 1):
             self.attempts = attempt + 1

@@ -121,7 +121,8 @@ def create_app(cfg: ServerConfig) -> FastAPI:
 
     @app.exception_handler(StarletteHTTPException)  # also 404/405 from routing
     async def _http_error(request: Request, exc: StarletteHTTPException):
-        return _error(request, str(exc.detail), exc.status_code, exc.headers)
+        param = exc.param if isinstance(exc, openai.OptionError) else None
+        return _error(request, str(exc.detail), exc.status_code, exc.headers, param=param)
 
     @app.exception_handler(RequestValidationError)
     async def _invalid(request: Request, exc: RequestValidationError):
@@ -147,7 +148,8 @@ def create_app(cfg: ServerConfig) -> FastAPI:
             response.headers.update(UI_HEADERS)
         return response
 
-    app.mount("/ui", StaticFiles(directory=Path(__file__).parent / "static"), name="ui")
+    # html=True: /ui/ serves index.html, as a person typing the address expects
+    app.mount("/ui", StaticFiles(directory=Path(__file__).parent / "static", html=True), name="ui")
     for routes in (oversight, query, documents, openai):
         app.include_router(routes.router(ctx))
     if mcp_sdk():  # the mcp extra: MCP clients at /mcp, behind the same keys and policy

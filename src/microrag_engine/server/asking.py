@@ -18,8 +18,10 @@ from dataclasses import dataclass, field, replace
 from fastapi import HTTPException
 
 from .. import guard
+from ..config import LLMConfig
 from ..engine import Answer, Engine, earlier_turns
 from ..errors import LLMError, MicroRAGError
+from ..present import Ref, Shown, numbered
 from ..retrieve.conversation import Condensed
 from ..store.base import DocFilter
 from ..tools import FileTool
@@ -81,6 +83,10 @@ class Turned:
     # The hits' neighbours the answer may quote (Retrieval.context), for the wire like sources:
     # a citation of one must be followable, not shown as a chunk nobody retrieved.
     context: list[dict] = field(default_factory=list)
+    # The model settings this answer uses, where the caller chose sampling options (None: the server's).
+    llm: LLMConfig | None = None
+    # The answer for a person (numbered citations, the cited wire rows), set with the answer.
+    shown: Shown | None = None
     # The ids the diversity cap pushed out and those held back as restatements, as shown
     # (names: through the output guard, like the sources').
     capped: list[str] = field(default_factory=list)
@@ -163,6 +169,8 @@ class Asking:
                     "hybrid": h.hybrid, "kw": h.kw, "em": h.em, "raw_kw": h.raw_kw, "raw_em": h.raw_em,
                     # Chunk text leaves through the same output guard as the answer (red team #10).
                     "text": guarded(h.chunk.text) if cfg.output_guard and on.guard_every_channel else h.chunk.text,
+                    # The document's real title (front matter, first heading), for a list a person reads.
+                    "title": shown_name(eng.title(h.chunk.doc), self.ctx),
                     "label": records[h.chunk.doc].label if h.chunk.doc in records else "",
                     "principal": shown_principal(records[h.chunk.doc].principal if h.chunk.doc in records else "", who),
                     "ingested_at": records[h.chunk.doc].ingested_at if h.chunk.doc in records else ""}
@@ -185,6 +193,31 @@ class Asking:
         turned = self.start(who, [Turn("user", query)], top_k=top_k, where=where, verify=False, action="search")
         self.settle(turned, "refused" if turned.retrieval.refused else "retrieved", turned.flags, action="search")
         return turned
+
+    def shown(self, turned: Turned, ans: Answer) -> Shown:
+        """The answer as a person reads it (``present``): numbered citations and the cited
+        sources only, as wire rows (names, titles and text as they may leave). A refusal cites nothing."""
+        return turned.shown if turned.shown is not None and not ans.refused else Shown(ans.text, [])
+
+    def _numbered(self, turned: Turned, raw: str) -> Shown:
+        """``raw`` (the answer before the output guard) numbered against the passages by their
+        real names - a guarded name in the text may not be redacted as the name alone is -
+        then guarded as the answer is, its entries the wire rows."""
+        r = turned.retrieval
+        pairs = [*zip(r.hits, turned.sources), *zip(r.context or [], turned.context)]
+        wire = {(h.chunk.doc, h.chunk.index): Ref(s["doc"], s["chunk"], s["page"], s["title"], s["text"]) for h, s in pairs}
+        shown = numbered(raw, [Ref(doc, index) for doc, index in wire])
+        return Shown(self._guard_text(shown.text)[0], [wire[(c.doc, c.chunk)] for c in shown.cited])
+
+    def _guard_text(self, text: str) -> tuple[str, list[guard.Finding]]:
+        """An answer's text through the output guard, and what it found."""
+        if not self.ctx.on.structural_guards:
+            return naive_output(text), []
+        if self.ctx.cfg.output_guard:
+            redacted, found = guard.redact(text)
+            if found:
+                return redacted, found
+        return text, []
 
     def conflicts(self, ans: Answer) -> list[dict]:
         """The answer's conflicts for the wire, their quoted passages through the output guard."""
@@ -231,20 +264,17 @@ class Asking:
     def _answer(self, turned: Turned) -> tuple[Answer, dict | None]:
         cfg, on = self.ctx.cfg, self.ctx.on
         try:
-            ans = turned.engine.answer(turned.question, turned.retrieval, cfg.llm, spotlight=on.spotlight,
+            ans = turned.engine.answer(turned.question, turned.retrieval, turned.llm or cfg.llm, spotlight=on.spotlight,
                                        verify=turned.check, deadline=turned.deadline, history=turned.turns,
                                        tools=FileTool(cfg.tools_dir, turned.who.clearance, confined=on.confined_tool))
         except LLMError as exc:
             # The endpoint's address and reply are the operator's business, not the caller's.
             log.warning("LLM call failed: %s", exc)
             raise HTTPException(502, "the language model is unavailable; try again later") from None
-        if not on.structural_guards:
-            ans.text = naive_output(ans.text)
-        elif cfg.output_guard:
-            redacted, found = guard.redact(ans.text)
-            if found:
-                ans.text = redacted
-                ans.flags.append("output: redacted " + ", ".join(f"{k} x{v}" for k, v in guard.summary(found).items()))
+        turned.shown = None if ans.refused else self._numbered(turned, ans.text)
+        ans.text, found = self._guard_text(ans.text)
+        if found:
+            ans.flags.append("output: redacted " + ", ".join(f"{k} x{v}" for k, v in guard.summary(found).items()))
         if cfg.output_guard and on.guard_every_channel:  # a tool's file is output too: the same guard
             ans.tools = [replace(t, call=guarded(t.call), output=guarded(t.output), refused=guarded(t.refused))
                          for t in ans.tools]

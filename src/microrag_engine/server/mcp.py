@@ -119,7 +119,8 @@ class Found(BaseModel):
 
 
 class Answered(BaseModel):
-    answer: str = Field(description="The answer, citing passages as [source: <doc> · chunk <k>].")
+    answer: str = Field(description="The answer in Markdown, citing passages as [1], [2], ..., then a list of the sources it cites.")
+    cited: list[dict[str, Any]] = Field(description="What each number stands for: n, doc, chunk, page, title, section.")
     sources: list[Source]
     refused: bool
     reason: str
@@ -255,7 +256,9 @@ def build(ctx: ServerContext, caller: Caller) -> MCPServer:
             turned = asking.start(who, [Turn("user", body.query)], top_k=body.top_k, where=body.filter(), verify=body.verify,
                                   action="answer")
             ans, checked = asking.answer(turned, action="answer")
-        return Answered(answer=ans.text, sources=_cited(turned.sources), refused=ans.refused, reason=ans.reason,
+        shown = asking.shown(turned, ans)
+        return Answered(answer=shown.markdown(), cited=shown.entries(), sources=_cited(turned.sources),
+                        refused=ans.refused, reason=ans.reason,
                         mode=ans.mode, capped=turned.capped, flags=turned.flags + ans.flags,
                         tools=[dict(t.__dict__) for t in ans.tools], verification=checked)
 

@@ -12,10 +12,13 @@ clearance, guards, audit and verification as ``/query``: the policy steps are
   citations block (``Sources:``) any client can show; the response also carries a
   ``microrag`` field (sources, verification, refusal, flags, the retrieval query). Options
   of ours go in the request's ``microrag`` object (``top_k``, ``where``, ``exclude``,
-  ``verify``, ``citations``); OpenAI's sampling options are accepted and ignored (the
-  server's model settings apply). Streaming sends ``chat.completion.chunk`` events and
-  ``data: [DONE]``; as on ``/query``, the answer is streamed once it has passed the output
-  guard whole (a secret split across pieces could not be caught piece by piece).
+  ``verify``, ``citations``); ``temperature``, ``top_p`` and ``max_tokens`` reach the
+  configured model (the operator's ``max_tokens`` a ceiling). Options this door cannot
+  honour - ``n`` > 1, a ``tool_choice`` that demands a call, a ``response_format`` other
+  than text, ``logprobs`` - are a 400 naming the option, never a 200 that ignored it;
+  ``tools`` left to the model's choice are answered without a call (and a flag says so).
+  Streaming sends ``chat.completion.chunk`` events and ``data: [DONE]``; as on ``/query``,
+  the answer is streamed once it has passed the output guard whole (a secret split across pieces could not be caught piece by piece).
 * Embeddings: the index's own embedder, ``input`` a string or a list of strings (at most
   64, 100,000 characters; a key is required and each 16 inputs spend one request of its
   rate limit), ``encoding_format`` float or base64 (the ``openai`` SDK asks for base64).
@@ -30,6 +33,7 @@ import logging
 import re
 import secrets
 import time
+from dataclasses import replace
 from typing import Annotated, Any, Literal
 
 import numpy as np
@@ -37,10 +41,11 @@ from fastapi import APIRouter, Depends, HTTPException
 from fastapi.responses import StreamingResponse
 from pydantic import BaseModel, ConfigDict, Field, StringConstraints, model_validator
 
-from ...augment import citation_of
+from ...config import LLMConfig
 from ...engine import Answer
 from ...store.base import DocFilter
 from ...types import Turn
+from .. import tasks
 from ..asking import Asking, Turned, guarded, shown_name
 from ..auth import Principal
 from ..context import ServerContext
@@ -100,6 +105,8 @@ class Extensions(BaseModel):
     exclude: dict[FilterField, FilterGlob] = Field(default_factory=dict, max_length=8)
     verify: bool | None = None  # None: the server's default
     citations: bool = True  # end the answer with a "Sources:" block
+    # A chat UI's housekeeping request, named (tasks.py also recognises the documented prompt shapes).
+    task: Literal["title", "tags", "follow_ups", "autocomplete", "queries"] | None = None
 
 
 class StreamOptions(BaseModel):
@@ -107,13 +114,73 @@ class StreamOptions(BaseModel):
     include_usage: bool = False
 
 
+class OptionError(HTTPException):
+    """A request option this door does not do: a 400 naming it (OpenAI's ``error.param``)."""
+
+    def __init__(self, param: str, message: str) -> None:
+        super().__init__(400, message)
+        self.param = param
+
+
 class ChatIn(BaseModel):
-    model_config = ConfigDict(extra="ignore")  # temperature, top_p, user, ...: accepted, the server's settings apply
+    # user, seed, stop, penalties, metadata, ...: accepted and not used (nothing in them
+    # changes what the answer says or its shape); what would, below, is refused or used.
+    model_config = ConfigDict(extra="ignore")
     model: str = Field(min_length=1, max_length=200)
     messages: list[Message] = Field(min_length=1, max_length=MAX_MESSAGES)
     stream: bool = False
     stream_options: StreamOptions | None = None
     microrag: Extensions = Field(default_factory=Extensions)
+    # Passed to the configured model (the operator's max_tokens stays a ceiling); without
+    # one, the answer is quoted from the documents and there is nothing to sample.
+    temperature: float | None = Field(default=None, ge=0, le=2)
+    top_p: float | None = Field(default=None, gt=0, le=1)
+    max_tokens: int | None = Field(default=None, ge=1)
+    max_completion_tokens: int | None = Field(default=None, ge=1)
+    # Options whose promise this door cannot keep: refused, never answered as if honoured.
+    n: int | None = Field(default=None, ge=1)
+    tools: list[dict[str, Any]] | None = None
+    functions: list[dict[str, Any]] | None = None
+    tool_choice: str | dict[str, Any] | None = None
+    function_call: str | dict[str, Any] | None = None
+    response_format: dict[str, Any] | None = None
+    logprobs: bool | None = None
+    top_logprobs: int | None = None
+
+    def unsupported(self) -> OptionError | None:
+        """The first option asked for that is not supported (an agent relying on it must learn
+        so from the status, not from an answer that ignored it)."""
+        if self.n is not None and self.n > 1:
+            return OptionError("n", f"n: one choice per request (got n={self.n}); send {self.n} requests instead")
+        # Tools offered with the choice left to the model ("auto", OpenAI's default) are a promise
+        # kept by answering without calling one, as a model may: chat UIs (Open WebUI) offer
+        # their built-in tools with every message. Only a call demanded is refused.
+        for name, choice in (("tool_choice", self.tool_choice), ("function_call", self.function_call)):
+            if choice not in (None, "none", "auto"):
+                return OptionError(name, f"{name}: this model answers from the indexed documents and calls no "
+                                         "client tools; leave it out, or 'auto'")
+        kind = (self.response_format or {}).get("type", "text")
+        if kind != "text":
+            return OptionError("response_format", f"response_format: only 'text' is supported (got {str(kind)[:40]!r}); "
+                                                  "the answer is prose with numbered citations, its sources are in the "
+                                                  "'microrag' field as JSON")
+        if self.logprobs or self.top_logprobs:
+            return OptionError("logprobs", "logprobs: not available (a quoted answer has no token probabilities)")
+        return None
+
+    def offered_tools(self) -> int:
+        """How many client tools came with the request (none are called: see ``unsupported``)."""
+        return len(self.tools or ()) + len(self.functions or ())
+
+    def sampling(self, llm: LLMConfig | None) -> LLMConfig | None:
+        """The server's model settings with this request's sampling options (None: unchanged)."""
+        cap = self.max_completion_tokens or self.max_tokens
+        if llm is None or (self.temperature is None and self.top_p is None and cap is None):
+            return None
+        if cap is not None and llm.max_tokens:
+            cap = min(cap, llm.max_tokens)
+        return replace(llm, temperature=llm.temperature if self.temperature is None else self.temperature,
+                       top_p=llm.top_p if self.top_p is None else self.top_p, max_tokens=cap or llm.max_tokens)
 
 
 class EmbeddingsIn(BaseModel):
@@ -135,13 +202,6 @@ def _usage(prompt: str, completion: str) -> dict[str, int]:
     return {"prompt_tokens": p, "completion_tokens": c, "total_tokens": p + c}
 
 
-def citations_block(turned: Turned, ans: Answer) -> str:
-    """The answer's sources as a block any chat client can show (none for a refusal, whoever refused)."""
-    if ans.refused or not turned.retrieval.hits:
-        return ""
-    # From the wire sources: their names have been through the output guard (asking.shown_name).
-    lines = [f"[{i}] {citation_of(s['doc'], s['chunk'], s['page'])}" for i, s in enumerate(turned.sources, 1)]
-    return "\n\nSources:\n" + "\n".join(lines)
 
 
 def router(ctx: ServerContext) -> APIRouter:
@@ -175,6 +235,9 @@ def router(ctx: ServerContext) -> APIRouter:
 
     @router.post("/chat/completions")
     def chat(body: ChatIn, who: Principal = Depends(ctx.principal)):
+        refused = body.unsupported()
+        if refused is not None:
+            raise refused
         scope = model_filter(body.model, who)
         ext = body.microrag
         where = DocFilter(tuple(ext.where.items()) + (scope.where if scope else ()), tuple(ext.exclude.items()))
@@ -186,18 +249,48 @@ def router(ctx: ServerContext) -> APIRouter:
         role = {"developer": "system"}
         # Tool results belong to the client's own tools: nothing of ours called them.
         turns = [Turn(role.get(m.role, m.role), m.text()) for m in body.messages if m.role not in ("tool", "function")]
+        users = [t.content for t in turns if t.role == "user"]
+        task = tasks.recognise(users[-1], users[:-1], ext.task)
+        if task is not None:  # a title, tags, follow-ups: the UI's own, not a question to the documents
+            return _housekeeping(task, body, who)
         turned = asking.start(who, turns, top_k=ext.top_k, where=where or None, verify=ext.verify, action="chat")
+        turned.llm = body.sampling(ctx.cfg.llm)
+        if body.offered_tools():
+            turned.flags.append(f"tools: {body.offered_tools()} client tools offered, none called "
+                                "(this model answers from the indexed documents)")
         ident, created = "chatcmpl-" + secrets.token_hex(12), int(time.time())
         head = {"id": ident, "created": created, "model": body.model}
         if body.stream:
             usage = body.stream_options is not None and body.stream_options.include_usage
             return StreamingResponse(_stream(turned, head, ext.citations, usage), media_type="text/event-stream")
         ans, checked = asking.answer(turned, action="chat")
-        text = ans.text + (citations_block(turned, ans) if ext.citations else "")
+        text = asking.shown(turned, ans).markdown() if ext.citations else ans.text
         return {**head, "object": "chat.completion",
                 "choices": [{"index": 0, "message": {"role": "assistant", "content": text}, "finish_reason": "stop"}],
                 "usage": _usage(" ".join(t.content for t in turns), text),
                 "microrag": _extension(turned, ans, checked)}
+
+    def _housekeeping(task: tasks.Task, body: ChatIn, who: Principal):
+        text, how = tasks.answer(task, body.sampling(ctx.cfg.llm) or ctx.cfg.llm)
+        text = guarded(text) if ctx.cfg.output_guard else text
+        # What was asked and who answered it, never the conversation (the caller's, not the index's).
+        ctx.cfg.state.audit(who.name, "task", f"{task.kind} (chat UI housekeeping)", [], "answered", [f"task: {how}"])
+        head = {"id": "chatcmpl-" + secrets.token_hex(12), "created": int(time.time()), "model": body.model}
+        ext = {"task": task.kind, "mode": how, "sources": [], "context": [], "refused": False, "reason": "",
+               "flags": [f"task: {task.kind}, answered without retrieval ({how})"], "verification": None}
+        if not body.stream:
+            return {**head, "object": "chat.completion",
+                    "choices": [{"index": 0, "message": {"role": "assistant", "content": text}, "finish_reason": "stop"}],
+                    "usage": _usage(body.messages[-1].text(), text), "microrag": ext}
+
+        def events():
+            for delta, finish, extra in (({"role": "assistant", "content": ""}, None, {}), ({"content": text}, None, {}),
+                                         ({}, "stop", {"microrag": ext})):
+                event = {**head, "object": "chat.completion.chunk",
+                         "choices": [{"index": 0, "delta": delta, "finish_reason": finish}], **extra}
+                yield f"data: {json.dumps(event, ensure_ascii=False)}\n\n"
+            yield "data: [DONE]\n\n"
+        return StreamingResponse(events(), media_type="text/event-stream")
 
     def _extension(turned: Turned, ans: Answer, checked: dict | None) -> dict[str, Any]:
         return {"sources": turned.sources, "context": turned.context, "verification": checked, "refused": ans.refused,
@@ -221,7 +314,7 @@ def router(ctx: ServerContext) -> APIRouter:
             yield f"data: {json.dumps({'error': {'message': message, 'type': 'server_error', 'param': None, 'code': None}})}\n\n"
             yield "data: [DONE]\n\n"
             return
-        text = ans.text + (citations_block(turned, ans) if cite else "")
+        text = asking.shown(turned, ans).markdown() if cite else ans.text
         for piece in re.findall(r"\s*\S+", text):
             yield chunk({"content": piece})
         asking.done(turned, ans, "chat")

@@ -13,6 +13,7 @@ import json
 import logging
 import random
 import re
+from collections import Counter
 from typing import Annotated, Literal
 
 from fastapi import APIRouter, Depends, HTTPException
@@ -84,8 +85,13 @@ def askable(title: str) -> str | None:
 
 
 def askable_titles(titles: dict[str, str]) -> list[tuple[str, str]]:
-    """(document, title as said) for the titles worth offering (see ``askable``)."""
-    return [(doc, text) for doc, title in sorted(titles.items()) if (text := askable(title))]
+    """(document, title as said) for the titles worth offering (see ``askable``). A title
+    several documents share ("Introduction", "Overview") names no topic: it is offered only
+    when nothing else is."""
+    said = [(doc, text) for doc, title in sorted(titles.items()) if (text := askable(title))]
+    counts = Counter(text.casefold() for _, text in said)
+    distinct = [(doc, text) for doc, text in said if counts[text.casefold()] == 1]
+    return distinct or said
 
 
 def sample_questions(pool: list[tuple[str, str]], n: int, rng: random.Random) -> list[dict[str, str]]:
@@ -134,7 +140,9 @@ def router(ctx: ServerContext) -> APIRouter:
         if body.stream:
             return StreamingResponse(_stream(turned), media_type="text/event-stream")
         ans, checked = asking.answer(turned)
-        return {"answer": ans.text, "sources": turned.sources, "context": turned.context, "refused": ans.refused,
+        shown = asking.shown(turned, ans)
+        return {"answer": ans.text, "text": shown.markdown(), "cited": shown.entries(),
+                "sources": turned.sources, "context": turned.context, "refused": ans.refused,
                 "reason": ans.reason, "mode": ans.mode,
                 "capped": turned.capped, "flags": turned.flags + ans.flags, "held": turned.held,
                 "conflicts": asking.conflicts(ans), "tools": [t.__dict__ for t in ans.tools], "verification": checked}
@@ -161,7 +169,9 @@ def router(ctx: ServerContext) -> APIRouter:
             yield f"data: {json.dumps({'delta': piece})}\n\n"
         asking.done(turned, ans)
         # The sources event could only say whether the gate refused; this is the answer's own word.
+        shown = asking.shown(turned, ans)
         done = {"mode": ans.mode, "refused": ans.refused, "reason": ans.reason, "flags": turned.flags + ans.flags,
+                "text": shown.markdown(), "cited": shown.entries(),
                 "conflicts": asking.conflicts(ans), "verification": checked}
         yield f"event: done\ndata: {json.dumps(done)}\n\n"
         yield "data: [DONE]\n\n"

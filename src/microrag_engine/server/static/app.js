@@ -195,32 +195,79 @@ function renderSources(t) {
   const info = turns[t].info;
   const list = $("#sources");
   list.replaceChildren();
-  for (const s of info.sources) {
-    const bars = el("div", { class: "bars" }, ...bar("hy", "hybrid", s.hybrid, null), ...bar("kw", "keyword", s.kw, s.raw_kw),
-                    ...bar("em", "embedding", s.em, s.raw_em));
+  // The answer's own sources first (by their number), then the rest it was given.
+  const numbers = turns[t].numbers;
+  const rank = (s) => (numbers.has(s.id) ? numbers.get(s.id) : Infinity);
+  const ranked = [...info.sources].sort((a, b) => rank(a) - rank(b));
+  for (const s of ranked) {
     const meta = el("div", { class: "meta" }, el("span", { class: "tag " + s.label, text: s.label }),
-                    `${s.principal || "operator"} · ${s.ingested_at || ""}`);
-    list.append(el("li", { id: "src-" + s.id, tabindex: "-1" },
-      el("strong", { text: `${s.doc} · chunk ${s.chunk}` }), meta, bars,
-      el("div", { class: "chunktext", text: s.text, tabindex: "0", role: "region", "aria-label": `Text of ${s.doc} chunk ${s.chunk}` })));
+                    `${s.doc} · chunk ${s.chunk}`);
+    list.append(el("li", { id: "src-" + s.id, tabindex: "-1" }, sourceHead(t, s), meta, chunkText(s)));
   }
   // The hits' neighbours in their documents: the answer may quote them, so its citations land here.
   for (const s of info.context || []) {
-    list.append(el("li", { id: "src-" + s.id, tabindex: "-1", class: "context" },
-      el("strong", { text: `${s.doc} · chunk ${s.chunk}` }),
-      el("div", { class: "meta", text: "next to a retrieved chunk in its document (not ranked)" }),
-      el("div", { class: "chunktext", text: s.text, tabindex: "0", role: "region", "aria-label": `Text of ${s.doc} chunk ${s.chunk}` })));
+    list.append(el("li", { id: "src-" + s.id, tabindex: "-1", class: "context" }, sourceHead(t, s),
+      el("div", { class: "meta", text: `${s.doc} · chunk ${s.chunk} · next to a retrieved chunk in its document` }),
+      chunkText(s)));
   }
+}
+
+function sourceHead(t, s) {
+  const n = turns[t].numbers.get(s.id);
+  return el("strong", { text: (n ? `[${n}] ` : "") + (s.title || s.doc) });
+}
+
+function chunkText(s) {
+  // The chunk as its document shows it: Markdown rendered and sanitised (never raw "## 2.1."),
+  // a citation tag inside it plain text, not a link.
+  return el("div", { class: "chunktext", tabindex: "0", role: "region", "aria-label": `Text of ${s.doc} chunk ${s.chunk}` },
+            markdown(s.text));
+}
+
+function renderCited(t) {
+  // Under the answer: the sources it cites, by number, each a way to its text.
+  const box = $(".cited", turns[t].li);
+  const items = [...turns[t].numbers].map(([id, n]) => {
+    const s = sourceOf(t, id);
+    const a = el("a", { href: "#src-" + id, class: "cite", text: s.title || s.doc });
+    a.addEventListener("click", (ev) => { ev.preventDefault(); lastCite = a; if (shownTurn !== t) renderSources(t); highlight(id); });
+    return el("li", { value: String(n) }, a, el("span", { class: "meta", text: ` — ${s.doc} · chunk ${s.chunk}` }));
+  });
+  box.replaceChildren(...(items.length ? [el("ol", { "aria-label": "Sources of this answer" }, ...items)] : []));
+}
+
+function renderScores(t) {
+  // Why these sources: each one's fused, keyword and embedding scores, for whoever checks.
+  const info = turns[t].info;
+  const box = $(".scores", turns[t].li);
+  box.replaceChildren(...info.sources.map((s) => el("div", { class: "scored" },
+    el("div", { class: "meta", text: `${s.title || s.doc} — ${s.doc} · chunk ${s.chunk}` }),
+    el("div", { class: "bars" }, ...bar("hy", "hybrid", s.hybrid, null), ...bar("kw", "keyword", s.kw, s.raw_kw),
+       ...bar("em", "embedding", s.em, s.raw_em)))));
+  $(".gate", turns[t].li).replaceChildren(...gateLine(info));
+}
+
+function sourceOf(t, id) {
+  const info = turns[t] && turns[t].info;
+  return info && ([...info.sources, ...(info.context || [])].find((s) => s.id === id) || null);
+}
+
+function numberOf(t, id) {
+  // Numbered in the order the answer first cites them, [1], [2], ..., the same in its
+  // sentences' verification and in the list under it.
+  const numbers = turns[t].numbers;
+  if (!numbers.has(id)) numbers.set(id, numbers.size + 1);
+  return numbers.get(id);
 }
 
 function citeLink(t) {
   // A link to a chunk among turn t's sources (an older turn's sources come back first). A
   // citation of anything else - a chunk nobody retrieved - is shown for what it is.
   return (id) => {
-    const info = turns[t] && turns[t].info;
-    const known = info && (info.sources.some((s) => s.id === id) || (info.context || []).some((s) => s.id === id));
-    if (!known) return el("span", { class: "cite missing", text: `${citeLabel(id)} (not among this answer's sources)` });
-    const a = el("a", { href: "#src-" + id, class: "cite", text: citeLabel(id) });
+    if (!sourceOf(t, id)) return el("span", { class: "cite missing", text: `${citeLabel(id)} (not among this answer's sources)` });
+    const n = numberOf(t, id);
+    const named = `Source ${n}: ${citeLabel(id).slice(1, -1)}`;
+    const a = el("a", { href: "#src-" + id, class: "cite", text: `[${n}]`, title: named, "aria-label": named });
     a.addEventListener("click", (ev) => { ev.preventDefault(); lastCite = a; if (shownTurn !== t) renderSources(t); highlight(id); });
     return a;
   };
@@ -278,12 +325,16 @@ function shownFlags(flags, verified) {
 function newTurn(question) {
   const t = turns.length;
   const qid = "q-" + t;
+  // The answer and its numbered sources first; scores, the gate and per-sentence
+  // verification behind one disclosure, for whoever wants to know why.
   const li = el("li", { class: "turn" }, el("article", { "aria-labelledby": qid },
-    el("p", { class: "q", id: qid, text: question }), el("div", { class: "answer" }), el("p", { class: "flags" }),
-    el("ul", { class: "verify", "aria-label": "Sentence verification" }),
+    el("p", { class: "q", id: qid, text: question }), el("div", { class: "answer" }), el("div", { class: "cited" }),
+    el("details", { class: "why" }, el("summary", { text: "Why these sources?" }),
+      el("div", { class: "gate" }), el("div", { class: "scores" }), el("p", { class: "flags" }),
+      el("ul", { class: "verify", "aria-label": "Sentence verification" })),
     el("a", { class: "jump", href: "#sourcespanel", text: "Sources of this answer" })));
   $(".jump", li).addEventListener("click", () => { if (turns[t] && turns[t].info && shownTurn !== t) renderSources(t); });
-  turns.push({ li, info: null });
+  turns.push({ li, info: null, numbers: new Map() });
   $("#conversation").append(li);
   return t;
 }
@@ -347,7 +398,9 @@ $("#askform").addEventListener("submit", async (ev) => {
         if (event === "sources") {
           turns[t].info = obj;
           renderSources(t);
-          $("#status").replaceChildren(...gateLine(obj));
+          renderScores(t);
+          const n = obj.sources.length;
+          $("#status").textContent = obj.refused ? "Nothing in the documents comes close." : `Found ${n} passage${n === 1 ? "" : "s"}; answering...`;
         } else if (event === "done") {
           const flags = shownFlags(obj.flags, Boolean(obj.verification));
           $(".flags", li).textContent = flags.length ? "Flags: " + flags.join("; ") : "";
@@ -367,10 +420,12 @@ $("#askform").addEventListener("submit", async (ev) => {
     if (!current()) return;
     mine.over = true;
     box.replaceChildren(markdown(text, { cite: citeLink(t) }));
+    renderCited(t);
+    if (turns[t].info) renderSources(t); // the cited ones first, by number
     if (finished) {
-      const v = $(".verify .sum", li);
-      $("#status").append(refusal ? el("span", { class: "refused", text: ` Not answered: ${refusal}.` })
-                                  : el("span", { text: " Answer complete." + (v ? " " + v.textContent : "") }));
+      // Plain words for the reader; the threshold that refused is in "Why these sources?".
+      if (refusal) $(".gate", li).append(el("div", { class: "refused", text: `Not answered: ${refusal}.` }));
+      $("#status").textContent = refusal ? "Not answered: the documents don't cover it." : "Answer complete.";
     } else {
       box.append(el("p", { class: "refused", text: "(the answer ended early; ask again)" }));
     }
