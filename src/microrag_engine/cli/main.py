@@ -8,6 +8,7 @@
   serve.py   serve
   mcp.py     mcp (the index as an MCP server over stdio; serve has it over HTTP at /mcp)
   keys.py    keys add | list | revoke
+  backup.py  backup DEST · restore SRC (a folder index, copied while it is live)
   lab.py     compliant-llm · local-llm · redteam
 Each command declares only the options it uses (``options.py`` holds the groups),
 so a flag that would do nothing there is an error. Results go to stdout,
@@ -33,11 +34,11 @@ log = logging.getLogger("microrag")
 # Command -> the module that declares it. A run imports only its command's module (a query
 # does not load the server, the evaluator or the red-team lab: part of a fast start);
 # help, and anything unrecognised, loads them all.
-GROUPS = ("query", "chat", "verify", "index", "review", "serve", "mcp", "keys", "lab", "eval")
+GROUPS = ("query", "chat", "verify", "index", "review", "serve", "mcp", "keys", "backup", "lab", "eval")
 COMMANDS = {"retrieve": "query", "ask": "query", "rank": "query", "chat": "chat", "verify": "verify",
             "ingest": "index", "delete": "index", "check": "index", "documents": "index", "index": "index",
-            "review": "review", "serve": "serve", "mcp": "mcp", "keys": "keys", "compliant-llm": "lab", "local-llm": "lab",
-            "redteam": "lab", "eval": "eval"}
+            "review": "review", "serve": "serve", "mcp": "mcp", "keys": "keys", "backup": "backup", "restore": "backup",
+            "compliant-llm": "lab", "local-llm": "lab", "redteam": "lab", "eval": "eval"}
 
 
 # Commands that answer one question and exit. Each makes a few small BLAS calls, after which
