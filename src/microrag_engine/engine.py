@@ -70,6 +70,7 @@ class Answer:
     # answerer (no passage answers it), the model (it said so) or verification (nothing left).
     refused: bool = False
     reason: str = ""
+    verify_seconds: float = 0.0  # the verification step's share of the answer's time (the server's metrics)
 
 
 class Engine:
@@ -559,6 +560,7 @@ class Engine:
                 ans.flags.append("verify: skipped, the request budget is spent")
             else:
                 # The model's own words against the chunks it was given, before tool output.
+                began = time.perf_counter()
                 try:
                     ans.verification = self.verify(ans.text, retrieval)
                 except MicroRAGError as exc:  # a missing model must not cost the answer
@@ -570,6 +572,7 @@ class Engine:
                     if ans.text.lstrip().startswith(NOT_SUPPORTED):
                         ans.refused = True
                         ans.reason = "verification: " + (ans.verification.off_question or ans.verification.summary())
+                ans.verify_seconds = time.perf_counter() - began
         if tools is not None and ans.mode == "llm":
             # Only files the user's own message names (``query``: this turn's, never history).
             ans.tools = tools.run(ans.text, [h.chunk.text for h in retrieval.passages], query)

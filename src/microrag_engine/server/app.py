@@ -13,6 +13,7 @@ keys and policy.
 from __future__ import annotations
 
 import importlib.util
+import time
 from collections.abc import Mapping
 from pathlib import Path
 
@@ -21,6 +22,7 @@ from fastapi.exceptions import RequestValidationError
 from fastapi.responses import JSONResponse
 from fastapi.staticfiles import StaticFiles
 from starlette.exceptions import HTTPException as StarletteHTTPException
+from starlette.routing import Mount, Route
 
 from .. import __version__
 from ..errors import MicroRAGError
@@ -143,7 +145,12 @@ def create_app(cfg: ServerConfig) -> FastAPI:
         if on.closed_surface and cfg.allowed_hosts is not None and host not in cfg.allowed_hosts:
             return JSONResponse({"error": "unknown Host header; serve with --allowed-host NAME for this name"},
                                 status_code=400)
+        began = time.perf_counter()
         response = await call_next(request)
+        # By the route's template (/documents/{doc}), never the path: a caller cannot grow the series.
+        route = request.scope.get("route")
+        ctx.metrics.request(route.path if isinstance(route, Route | Mount) else "unmatched", request.method, response.status_code,
+                            time.perf_counter() - began)
         if request.url.path == "/" or request.url.path.startswith("/ui/"):
             response.headers.update(UI_HEADERS)
         return response

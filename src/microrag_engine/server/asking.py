@@ -93,6 +93,15 @@ class Turned:
     held: list[str] = field(default_factory=list)
 
 
+def refused_by(ans: Answer) -> str:
+    """Who refused ``ans`` (a metrics label: a bounded set, never the reason's text)."""
+    if ans.retrieval.refused:
+        return "filter" if "filter" in ans.retrieval.reason else "gate"
+    if ans.reason.startswith("verification"):
+        return "verification"
+    return "model" if ans.mode == "llm" else "answerer"
+
+
 class Asking:
     """The policy steps of one question, shared by every front door of the server."""
 
@@ -125,6 +134,8 @@ class Asking:
                 where_said = "" if i == len(turns) - 1 else f" ({turn.role} message {i + 1} of {len(turns)})"
                 suspicious += [f"input: {r}{where_said}" for r in verdict.reasons] if verdict.suspicious else []
         flags += suspicious
+        if suspicious:
+            self.ctx.metrics.found("input", {"injection": len(suspicious)})
         asked = "\n".join(said[-3:]) if len(said) > 1 else question  # what the audit row shows
         if len(turns) > 1:
             # The row shows the last user turns; the whole conversation the model read is
@@ -151,7 +162,7 @@ class Asking:
             # The rewritten query is what was searched for: the caller and the audit see it,
             # through the output guard (a model's rewrite is model output).
             flags.append(guarded(condensed.note()))
-        with cfg.store.reading_after(who.wrote):  # a standby that lags behind this caller's own upload waits
+        with cfg.store.reading_after(who.wrote), self.ctx.metrics.step("retrieve"):  # a lagging standby waits
             r = eng.retrieve(condensed.query, safeguards=True, labels=sorted(who.clearance), scoped=on.scoped_statistics,
                              top_k=top_k, where=where)
         if r.held:
@@ -214,8 +225,10 @@ class Asking:
         if not self.ctx.on.structural_guards:
             return naive_output(text), []
         if self.ctx.cfg.output_guard:
-            redacted, found = guard.redact(text)
+            with self.ctx.metrics.step("guard"):
+                redacted, found = guard.redact(text)
             if found:
+                self.ctx.metrics.found("output", guard.summary(found))
                 return redacted, found
         return text, []
 
@@ -259,11 +272,14 @@ class Asking:
         if turned.settled:
             return
         turned.settled.append("done")
+        if ans.refused:
+            self.ctx.metrics.refused(refused_by(ans))
         self.settle(turned, "refused" if ans.refused else "answered", turned.flags + ans.flags, action)
 
     def _answer(self, turned: Turned) -> tuple[Answer, dict | None]:
         cfg, on = self.ctx.cfg, self.ctx.on
         try:
+            began = time.perf_counter()
             ans = turned.engine.answer(turned.question, turned.retrieval, turned.llm or cfg.llm, spotlight=on.spotlight,
                                        verify=turned.check, deadline=turned.deadline, history=turned.turns,
                                        tools=FileTool(cfg.tools_dir, turned.who.clearance, confined=on.confined_tool))
@@ -271,6 +287,9 @@ class Asking:
             # The endpoint's address and reply are the operator's business, not the caller's.
             log.warning("LLM call failed: %s", exc)
             raise HTTPException(502, "the language model is unavailable; try again later") from None
+        self.ctx.metrics.observe("answer", time.perf_counter() - began)
+        if ans.verification is not None:
+            self.ctx.metrics.observe("verify", ans.verify_seconds)
         turned.shown = None if ans.refused else self._numbered(turned, ans.text)
         ans.text, found = self._guard_text(ans.text)
         if found:

@@ -17,6 +17,7 @@ from ..engine import Engine
 from ..store.base import DocRecord, Store
 from .auth import ANONYMOUS, Principal
 from .config import EVERYONE_ADMIN, ServerConfig
+from .metrics import Metrics
 from .screening import Screening
 from .tables import PostgresTables
 
@@ -163,7 +164,18 @@ class ServerContext:
             else RateLimiter(cfg.key_failures_per_minute)  # wrong keys per client address
         self.screening = Screening(cfg.state)
         self.saver = DerivedSaver(cfg.store)
+        self.metrics = Metrics(self.gauges)
         self.reload()
+
+    def gauges(self) -> dict[str, float]:
+        """What ``/metrics`` reads at each scrape: the served index, the review queue, a standby's lag."""
+        eng = self._engine
+        out = {"index_chunks": float(eng.n_chunks if eng else 0), "index_documents": float(eng.n_documents if eng else 0),
+               "index_generation": float(self.seen), "review_queue": float(len(self.cfg.state.pending()))}
+        lag = self.cfg.store.replica_lag()
+        if lag is not None:
+            out["replica_lag_seconds"] = lag
+        return out
 
     @property
     def engine(self) -> Engine | None:

@@ -210,6 +210,10 @@ class Store(ABC):
         """Where the store's write log stands now (``""``: a store without replicas)."""
         return ""
 
+    def replica_lag(self) -> float | None:
+        """Seconds a standby this store reads from is behind its primary (None: no standby)."""
+        return None
+
     def identity(self) -> str:
         """Names this store (not its location): derived files of another store, or of an
         earlier store at the same path, must never be taken for its own."""

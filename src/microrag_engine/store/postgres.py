@@ -241,6 +241,21 @@ class PostgresStore(SearchableStore):
         with self.pool.connection() as conn:  # the standby lags behind (or is down): the primary this time
             yield conn
 
+    def replica_lag(self) -> float | None:
+        """How far the standby's replay is behind (0 when it has replayed all it received: an
+        idle primary makes the last replayed transaction old without any lag); None without
+        a standby, -1 when it does not answer (a dashboard tells that from 'no standby')."""
+        if self.read_pool is None:
+            return None
+        try:
+            with self.read_pool.connection(timeout=STANDBY_WAIT_S) as conn:
+                row = conn.execute("SELECT CASE WHEN pg_last_wal_receive_lsn() = pg_last_wal_replay_lsn() THEN 0 "
+                                   "ELSE extract(epoch FROM now() - pg_last_xact_replay_timestamp()) END").fetchone()
+        except Exception as exc:  # a scrape must not fail because the standby is down
+            log.warning("the standby did not answer the lag query (%s)", type(exc).__name__)
+            return -1.0
+        return float(row[0]) if row and row[0] is not None else 0.0
+
     def _caught_up(self, conn: Any, need: int) -> bool:
         row = conn.execute("SELECT pg_last_wal_replay_lsn()::text").fetchone()
         self._replayed[conn] = lsn_number(row[0] if row and row[0] else "")

@@ -161,6 +161,7 @@ def router(ctx: ServerContext) -> APIRouter:
             ctx.reload(by=who)
         status = "live" if go_live else "held" if who.trusted else "quarantined"
         cfg.state.audit(who.name, "ingest", doc, [], status, list(dict.fromkeys(flags + held)))
+        ctx.metrics.upload(status)
         return {"doc": doc, "status": status, "label": label, "chunks": report.chunks_written,
                 "findings": findings, "flags": flags, "held": held}
 
@@ -210,6 +211,7 @@ def router(ctx: ServerContext) -> APIRouter:
                 delete_documents(cfg.store, [doc])
             ctx.reload(by=who)
         cfg.state.audit(who.name, "review", doc, [], decision, [])
+        ctx.metrics.upload("approved" if decision == "approve" else "rejected")
         return {"doc": doc, "decision": decision}
 
     @router.post("/reset")

@@ -1,4 +1,5 @@
-"""The page and its icon, who am I, liveness, the audit trail and keys (admins): /, /ui, /favicon.ico, /whoami, /health, /audit, /keys."""
+"""The page and its icon, who am I, liveness, the audit trail, metrics and keys (admins):
+/, /ui, /favicon.ico, /whoami, /health, /audit, /metrics, /keys."""
 
 from __future__ import annotations
 
@@ -61,6 +62,16 @@ def router(ctx: ServerContext) -> APIRouter:
         eng = ctx.engine
         return {"status": "ok", "chunks": eng.n_chunks if eng else 0,
                 "documents": eng.n_documents if eng else 0, "generation": eng.generation if eng else 0}
+
+    @router.get("/metrics", include_in_schema=False)
+    def metrics(who: Principal = Depends(ctx.need("admin"))) -> Response:
+        """Prometheus's text format, for an admin key (Prometheus sends it as a bearer token:
+        ``authorization: {credentials: ...}`` in its scrape config). Counts of refusals and
+        uploads say how the index is used: not for anonymous callers."""
+        if not ctx.metrics.enabled:
+            raise HTTPException(404, "metrics need prometheus-client: pip install 'microrag-engine[server]'")
+        body, content_type = ctx.metrics.exposition()
+        return Response(body, media_type=content_type)
 
     @router.get("/audit")
     def audit(limit: int = 100, principal_name: str | None = None, who: Principal = Depends(ctx.need("admin"))):
