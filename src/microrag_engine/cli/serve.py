@@ -51,6 +51,9 @@ def register(sub: argparse._SubParsersAction) -> None:
     sv.add_argument("--profile", choices=sorted(PROFILES), default="hardened",
                     help="lab-baseline = the naive server: every defence of server/defences.py off, no DLP, no "
                          "diversity cap; loopback only, a target for `microrag redteam`")
+    sv.add_argument("--grace-seconds", type=float, default=30.0, metavar="S",
+                    help="on SIGTERM/SIGINT: stop accepting, let answers and uploads in flight finish this long, "
+                         "then exit (default: %(default)s)")
     add_server_options(sv)
     sv.set_defaults(run=cmd_serve)
 
@@ -139,7 +142,8 @@ def cmd_serve(args: argparse.Namespace) -> int:
     # Proxy headers are off unless a proxy is named: from anyone else X-Forwarded-For
     # would pick the rate-limit bucket (rotate it to evade; forge it to lock others out).
     uvicorn.run(app, host=args.host, port=args.port, log_level="warning" if args.quiet else "info",
-                proxy_headers=bool(args.trusted_proxy), forwarded_allow_ips=",".join(args.trusted_proxy or []) or None)
+                proxy_headers=bool(args.trusted_proxy), forwarded_allow_ips=",".join(args.trusted_proxy or []) or None,
+                timeout_graceful_shutdown=max(0.0, args.grace_seconds))
     return 0
 
 

@@ -130,3 +130,22 @@ def chat(cfg: LLMConfig, messages: Sequence[Mapping[str, str]]) -> tuple[str, bo
     stream = ChatStream(cfg, messages)
     text = "".join(stream)
     return text, stream.truncated
+
+
+def reachable(cfg: LLMConfig, timeout: float = 2.0) -> str:
+    """Whether the model's endpoint answers (``""``), else why not, in words that name no
+    address or key (a readiness probe's reason reaches whoever can reach the probe).
+    ``GET /models``: any HTTP answer means the server is up - many do not serve that path -
+    except a refused key and a gateway saying the model behind it is down."""
+    import httpx
+
+    headers = {"Authorization": f"Bearer {cfg.api_key}"} if cfg.api_key else {}
+    try:
+        status = httpx.get(f"{cfg.base_url}/models", headers=headers, timeout=timeout).status_code
+    except httpx.HTTPError as exc:
+        return f"the language model does not answer ({type(exc).__name__})"
+    if status in (401, 403):
+        return "the language model refuses this server's key"
+    if status in (502, 503, 504):
+        return f"the language model's gateway says it is down ({status})"
+    return ""

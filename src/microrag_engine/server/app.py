@@ -12,9 +12,11 @@ keys and policy.
 
 from __future__ import annotations
 
+import asyncio
 import importlib.util
 import time
-from collections.abc import Mapping
+from collections.abc import AsyncIterator, Mapping
+from contextlib import asynccontextmanager
 from pathlib import Path
 
 from fastapi import FastAPI, Request
@@ -105,13 +107,27 @@ def _error(request: Request, message: str, status: int, headers: Mapping[str, st
     return JSONResponse({"error": body}, status_code=status, headers=headers)
 
 
+# How long a stopping server waits for the background save of derived files (seconds).
+SAVE_ON_EXIT_S = 60.0
+
+
 def create_app(cfg: ServerConfig) -> FastAPI:
     on = cfg.defences
     # No Swagger/ReDoc pages: they load scripts from a CDN, outside the page's CSP.
     # The schema stays at /openapi.json for any client or offline viewer.
-    app = FastAPI(title="microRAG", version=__version__, docs_url=None if on.closed_surface else "/docs", redoc_url=None,
-                  description="Retrieval-augmented answers over your documents, with identity, labels and an audit trail.")
     ctx = ServerContext(cfg)
+
+    @asynccontextmanager
+    async def lifespan(_: FastAPI) -> AsyncIterator[None]:
+        yield
+        # Shutting down (SIGTERM): uvicorn has stopped accepting and let in-flight requests
+        # finish; the last write's derived files are saved before the process goes, so the
+        # next start maps them instead of deriving everything again.
+        await asyncio.to_thread(ctx.saver.wait, SAVE_ON_EXIT_S)
+
+    app = FastAPI(title="microRAG", version=__version__, docs_url=None if on.closed_surface else "/docs", redoc_url=None,
+                  description="Retrieval-augmented answers over your documents, with identity, labels and an audit trail.",
+                  lifespan=lifespan)
 
     # ------------------------------------------------------------ errors and limits
 

@@ -14,6 +14,7 @@ from fastapi import Depends, HTTPException, Request
 
 from ..config import override
 from ..engine import Engine
+from ..runtime.llm import reachable
 from ..store.base import DocRecord, Store
 from .auth import ANONYMOUS, Principal
 from .config import EVERYONE_ADMIN, ServerConfig
@@ -23,6 +24,8 @@ from .tables import PostgresTables
 
 # How often a server looks for other processes' writes to its store (seconds).
 SHARED_CHECK_S = 1.0
+# How long /health/ready trusts the model endpoint's last answer (seconds).
+READY_CACHE_S = 5.0
 
 log = logging.getLogger("microrag")
 
@@ -165,7 +168,25 @@ class ServerContext:
         self.screening = Screening(cfg.state)
         self.saver = DerivedSaver(cfg.store)
         self.metrics = Metrics(self.gauges)
+        self._llm_checked = (-READY_CACHE_S, "")  # (when, what) the model's endpoint last said
         self.reload()
+
+    def readiness(self) -> list[str]:
+        """Why this server cannot answer now (empty: it can). The model's answer is cached for
+        ``READY_CACHE_S``: a probe every second must not become a request to the model every second."""
+        problems = []
+        try:
+            self.cfg.store.generation()
+        except Exception as exc:  # a database that went away: not ready, and no traceback for a probe
+            problems.append(f"the index's store does not answer ({type(exc).__name__})")
+        if self.cfg.llm is not None:
+            at, said = self._llm_checked
+            if time.monotonic() - at > READY_CACHE_S:
+                said = reachable(self.cfg.llm)
+                self._llm_checked = (time.monotonic(), said)
+            if said:
+                problems.append(said)
+        return problems
 
     def gauges(self) -> dict[str, float]:
         """What ``/metrics`` reads at each scrape: the served index, the review queue, a standby's lag."""

@@ -1,5 +1,5 @@
 """The page and its icon, who am I, liveness, the audit trail, metrics and keys (admins):
-/, /ui, /favicon.ico, /whoami, /health, /audit, /metrics, /keys."""
+/, /ui, /favicon.ico, /whoami, /health (/live, /ready), /audit, /metrics, /keys."""
 
 from __future__ import annotations
 
@@ -9,7 +9,7 @@ from typing import Annotated, Literal
 
 import numpy as np
 from fastapi import APIRouter, Depends, HTTPException, Request, Response
-from fastapi.responses import FileResponse
+from fastapi.responses import FileResponse, JSONResponse
 from pydantic import BaseModel, Field
 
 from ...engine import Engine
@@ -62,6 +62,20 @@ def router(ctx: ServerContext) -> APIRouter:
         eng = ctx.engine
         return {"status": "ok", "chunks": eng.n_chunks if eng else 0,
                 "documents": eng.n_documents if eng else 0, "generation": eng.generation if eng else 0}
+
+    @router.get("/health/live")
+    def live() -> dict:
+        """The process answers (an orchestrator restarts it when this fails). Nothing is read."""
+        return {"status": "ok"}
+
+    @router.get("/health/ready")
+    def ready() -> JSONResponse:
+        """Whether this server can answer now (a load balancer sends it traffic only then): its
+        index's store answers and, with a model configured, the model does. 503 with the reasons
+        otherwise - in words that name no address, key or document."""
+        problems = ctx.readiness()
+        return JSONResponse({"status": "not ready", "reasons": problems} if problems else {"status": "ready"},
+                            status_code=503 if problems else 200)
 
     @router.get("/metrics", include_in_schema=False)
     def metrics(who: Principal = Depends(ctx.need("admin"))) -> Response:
