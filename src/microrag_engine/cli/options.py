@@ -8,6 +8,7 @@ that would do nothing there. Nothing here parses a command line by itself.
 from __future__ import annotations
 
 import argparse
+import logging
 import sys
 from typing import TYPE_CHECKING
 
@@ -21,9 +22,22 @@ if TYPE_CHECKING:
     from ..client import Client
 
 
+# Where diagnostics go instead of plain stderr lines: set by `serve --log-format json`, whose
+# every stderr line must be one JSON object.
+_DIAG_LOG: list[logging.Logger] = []
+
+
 def diag(msg: str) -> None:
     """A diagnostic line on stderr (results go to stdout)."""
+    if _DIAG_LOG:
+        _DIAG_LOG[0].warning(msg) if msg.startswith(("warning", "WARNING")) else _DIAG_LOG[0].info(msg)
+        return
     print(f"microrag: {msg}", file=sys.stderr, flush=True)
+
+
+def diag_to(logger: logging.Logger) -> None:
+    """Send every later ``diag`` line to ``logger`` (a structured log's handler)."""
+    _DIAG_LOG[:] = [logger]
 
 
 def positive_int(text: str) -> int:

@@ -10,6 +10,7 @@ server extra (fastapi, uvicorn) is imported only when the command runs.
 from __future__ import annotations
 
 import argparse
+import logging.config
 from pathlib import Path
 from typing import Any
 
@@ -34,6 +35,7 @@ from .options import (
     add_retrieval,
     add_verification,
     diag,
+    diag_to,
     preset_for,
     settings_for,
 )
@@ -51,6 +53,8 @@ def register(sub: argparse._SubParsersAction) -> None:
     sv.add_argument("--profile", choices=sorted(PROFILES), default="hardened",
                     help="lab-baseline = the naive server: every defence of server/defences.py off, no DLP, no "
                          "diversity cap; loopback only, a target for `microrag redteam`")
+    sv.add_argument("--log-format", choices=("text", "json"), default="text",
+                    help="json: one JSON object per line (time, level, logger, message, request_id) (default: %(default)s)")
     sv.add_argument("--grace-seconds", type=float, default=30.0, metavar="S",
                     help="on SIGTERM/SIGINT: stop accepting, let answers and uploads in flight finish this long, "
                          "then exit (default: %(default)s)")
@@ -120,8 +124,13 @@ def cmd_serve(args: argparse.Namespace) -> int:
         import uvicorn
 
         from ..server.app import create_app, mcp_sdk
+        from ..server.logs import log_config
     except ImportError:
         raise MicroRAGError("the server needs its extra: pip install 'microrag-engine[server]'") from None
+    logging_config = log_config(args.log_format, "warning" if args.quiet else "info")
+    if args.log_format == "json":  # from the first line on, every stderr line is one JSON object
+        logging.config.dictConfig(logging_config)
+        diag_to(logging.getLogger("microrag"))
     loopback = args.host in ("127.0.0.1", "localhost", "::1")
     profile = PROFILES[args.profile]
     baseline = profile is LAB
@@ -141,7 +150,9 @@ def cmd_serve(args: argparse.Namespace) -> int:
     # uvicorn's access log prints paths, never headers: keys stay out of logs.
     # Proxy headers are off unless a proxy is named: from anyone else X-Forwarded-For
     # would pick the rate-limit bucket (rotate it to evade; forge it to lock others out).
+    # Every line carries its request's id (server/logs.py); the access line is the app's own.
     uvicorn.run(app, host=args.host, port=args.port, log_level="warning" if args.quiet else "info",
+                log_config=logging_config, access_log=False,
                 proxy_headers=bool(args.trusted_proxy), forwarded_allow_ips=",".join(args.trusted_proxy or []) or None,
                 timeout_graceful_shutdown=max(0.0, args.grace_seconds))
     return 0

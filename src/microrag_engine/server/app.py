@@ -14,6 +14,7 @@ from __future__ import annotations
 
 import asyncio
 import importlib.util
+import logging
 import time
 from collections.abc import AsyncIterator, Mapping
 from contextlib import asynccontextmanager
@@ -28,8 +29,10 @@ from starlette.routing import Mount, Route
 
 from .. import __version__
 from ..errors import MicroRAGError
+from . import logs
 from .config import UI_HEADERS, ServerConfig
 from .context import ServerContext
+from .logs import request_id
 from .routes import documents, openai, oversight, query
 
 __all__ = ["ServerConfig", "create_app", "mcp_sdk"]
@@ -107,6 +110,8 @@ def _error(request: Request, message: str, status: int, headers: Mapping[str, st
     return JSONResponse({"error": body}, status_code=status, headers=headers)
 
 
+access = logging.getLogger("microrag.access")
+
 # How long a stopping server waits for the background save of derived files (seconds).
 SAVE_ON_EXIT_S = 60.0
 
@@ -162,11 +167,19 @@ def create_app(cfg: ServerConfig) -> FastAPI:
             return JSONResponse({"error": "unknown Host header; serve with --allowed-host NAME for this name"},
                                 status_code=400)
         began = time.perf_counter()
-        response = await call_next(request)
-        # By the route's template (/documents/{doc}), never the path: a caller cannot grow the series.
-        route = request.scope.get("route")
-        ctx.metrics.request(route.path if isinstance(route, Route | Mount) else "unmatched", request.method, response.status_code,
-                            time.perf_counter() - began)
+        rid = request_id(request.headers.get(logs.HEADER))
+        token = logs.REQUEST_ID.set(rid)  # the route's thread, the engine and the audit row see it
+        try:
+            response = await call_next(request)
+            seconds = time.perf_counter() - began
+            # By the route's template (/documents/{doc}), never the path: a caller cannot grow the series.
+            route = request.scope.get("route")
+            ctx.metrics.request(route.path if isinstance(route, Route | Mount) else "unmatched", request.method,
+                                response.status_code, seconds)
+            access.info("%s %s %d %.1f ms", request.method, request.url.path, response.status_code, seconds * 1000)
+        finally:
+            logs.REQUEST_ID.reset(token)
+        response.headers[logs.HEADER] = rid
         if request.url.path == "/" or request.url.path.startswith("/ui/"):
             response.headers.update(UI_HEADERS)
         return response

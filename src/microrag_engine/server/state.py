@@ -19,6 +19,7 @@ import secrets
 from datetime import UTC, datetime
 from pathlib import Path
 
+from .logs import REQUEST_ID
 from .tables import SqliteTables, Tables
 
 QUARANTINE = "_quarantine"
@@ -55,7 +56,8 @@ class ServerState:
               "principal TEXT NOT NULL, ts TEXT NOT NULL)")
         # columns added after the first release (state files of older servers get them here); a
         # review entry's origin is the file an operator's ingest held (uploads have none)
-        for table, column in (("audit", "raw"), ("review", "version"), ("review", "preview"), ("review", "origin")):
+        for table, column in (("audit", "raw"), ("review", "version"), ("review", "preview"), ("review", "origin"),
+                              ("audit", "request_id")):
             t.add_column(table, column, "TEXT NOT NULL DEFAULT ''")
 
     # ------------------------------------------------------------ review queue
@@ -125,8 +127,9 @@ class ServerState:
               raw: str = "") -> int:
         """Append a row; returns its id (for ``settle``)."""
         rows = self.tables.run(
-            "INSERT INTO audit (ts, principal, action, query, hits, decision, flags, raw) VALUES (?,?,?,?,?,?,?,?) RETURNING id",
-            (now(), principal, action, query, json.dumps(hits), decision, json.dumps(flags), raw))
+            "INSERT INTO audit (ts, principal, action, query, hits, decision, flags, raw, request_id) "
+            "VALUES (?,?,?,?,?,?,?,?,?) RETURNING id",
+            (now(), principal, action, query, json.dumps(hits), decision, json.dumps(flags), raw, REQUEST_ID.get()))
         return int(rows[0][0])
 
     def fingerprint(self, text: str) -> str:
@@ -139,10 +142,10 @@ class ServerState:
         self.tables.run("UPDATE audit SET decision = ?, flags = ? WHERE id = ?", (decision, json.dumps(flags), row))
 
     def trail(self, limit: int = 100, principal: str | None = None) -> list[dict]:
-        sql = "SELECT ts, principal, action, query, hits, decision, flags, raw FROM audit"
+        sql = "SELECT ts, principal, action, query, hits, decision, flags, raw, request_id FROM audit"
         args: tuple = ()
         if principal:
             sql, args = sql + " WHERE principal = ?", (principal,)
         rows = self.tables.run(sql + " ORDER BY id DESC LIMIT ?", (*args, limit))
         return [{"ts": r[0], "principal": r[1], "action": r[2], "query": r[3], "hits": json.loads(r[4]),
-                 "decision": r[5], "flags": json.loads(r[6]), "raw": r[7]} for r in rows]
+                 "decision": r[5], "flags": json.loads(r[6]), "raw": r[7], "request_id": r[8]} for r in rows]
