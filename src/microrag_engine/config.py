@@ -17,6 +17,7 @@ from __future__ import annotations
 import os
 from collections.abc import Mapping
 from dataclasses import asdict, dataclass, field, fields, replace
+from pathlib import Path
 from typing import Any
 
 from .errors import ConfigError
@@ -217,6 +218,20 @@ def minilm_files() -> tuple[str, str]:
 def api_key() -> str:
     """``$MICRORAG_API_KEY``: the key the CLI sends to a server (``--target``) when ``--key`` is not given."""
     return os.environ.get("MICRORAG_API_KEY", "").strip()
+
+
+def config_file() -> Path | None:
+    """The options file: ``$MICRORAG_CONFIG``, else ``./microrag.toml`` when there is one."""
+    named = os.environ.get("MICRORAG_CONFIG", "").strip()
+    if named:
+        return Path(named)
+    here = Path("microrag.toml")
+    return here if here.is_file() else None
+
+
+def llm_environment() -> dict[str, str]:
+    """The model's settings as the environment gives them (``LLM_*``), for ``microrag config show``."""
+    return {k: v for k, v in os.environ.items() if k.startswith("LLM_")}
 
 
 def single_threaded_blas() -> None:
