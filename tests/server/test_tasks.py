@@ -82,3 +82,9 @@ def test_a_models_reply_is_used_only_in_the_shape_asked_for():
     assert parse_model(Task("follow_ups", ""), '{"follow_ups": ["Can I carry days over?"]}') == \
         '{"follow_ups": ["Can I carry days over?"]}'
     assert parse_model(Task("title", "", as_json=False), '{"title": "Leave Policy"}') == "Leave Policy"
+
+
+def test_a_question_quoting_the_librechat_phrase_mid_text_is_a_question():
+    asked = ("What does our style guide say about chat names? It quotes a prompt that begins with words and much more "
+             "context here, and then much later says: Generate a 5-word-or-less title for the conversation.")
+    assert recognise("Background on our handbook. " * 10 + asked) is None

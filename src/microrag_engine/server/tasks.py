@@ -81,7 +81,7 @@ def recognise(last: str, earlier: Sequence[str] = (), named: str | None = None) 
         if shape.search(head):
             found = _TEXT.search(last[-MAX_HISTORY:]) if kind == "autocomplete" else None
             return Task(kind, history, True, found.group(1).strip() if found else "")
-    if _LIBRECHAT_TITLE.search(last[:2000]):
+    if _LIBRECHAT_TITLE.search(head[:200]):  # the prompt's opening sentence, not a phrase quoted anywhere
         return Task("title", history or "\n".join([*earlier, last])[-MAX_HISTORY:], as_json=False)
     return None
 

@@ -41,6 +41,7 @@ from fastapi import APIRouter, Depends, HTTPException
 from fastapi.responses import StreamingResponse
 from pydantic import BaseModel, ConfigDict, Field, StringConstraints, model_validator
 
+from ... import guard
 from ...config import LLMConfig
 from ...engine import Answer
 from ...store.base import DocFilter
@@ -122,6 +123,10 @@ class OptionError(HTTPException):
         self.param = param
 
 
+MAX_REPLY_TOKENS = 1_000_000  # the most a request may ask for (400 above it)
+DEFAULT_REPLY_CEILING = 4096  # the ceiling when the operator sets no LLM_MAX_TOKENS
+
+
 class ChatIn(BaseModel):
     # user, seed, stop, penalties, metadata, ...: accepted and not used (nothing in them
     # changes what the answer says or its shape); what would, below, is refused or used.
@@ -135,8 +140,8 @@ class ChatIn(BaseModel):
     # one, the answer is quoted from the documents and there is nothing to sample.
     temperature: float | None = Field(default=None, ge=0, le=2)
     top_p: float | None = Field(default=None, gt=0, le=1)
-    max_tokens: int | None = Field(default=None, ge=1)
-    max_completion_tokens: int | None = Field(default=None, ge=1)
+    max_tokens: int | None = Field(default=None, ge=1, le=MAX_REPLY_TOKENS)
+    max_completion_tokens: int | None = Field(default=None, ge=1, le=MAX_REPLY_TOKENS)
     # Options whose promise this door cannot keep: refused, never answered as if honoured.
     n: int | None = Field(default=None, ge=1)
     tools: list[dict[str, Any]] | None = None
@@ -177,8 +182,8 @@ class ChatIn(BaseModel):
         cap = self.max_completion_tokens or self.max_tokens
         if llm is None or (self.temperature is None and self.top_p is None and cap is None):
             return None
-        if cap is not None and llm.max_tokens:
-            cap = min(cap, llm.max_tokens)
+        if cap is not None:
+            cap = min(cap, llm.max_tokens or DEFAULT_REPLY_CEILING)
         return replace(llm, temperature=llm.temperature if self.temperature is None else self.temperature,
                        top_p=llm.top_p if self.top_p is None else self.top_p, max_tokens=cap or llm.max_tokens)
 
@@ -271,10 +276,21 @@ def router(ctx: ServerContext) -> APIRouter:
                 "microrag": _extension(turned, ans, checked)}
 
     def _housekeeping(task: tasks.Task, body: ChatIn, who: Principal):
+        # The conversation reaches the model here too: the same input guard as a question.
+        found: list[str] = []
+        if ctx.on.structural_guards and ctx.cfg.input_guard != "off":
+            for said in (task.history, task.prompt, body.messages[-1].text()):
+                verdict = guard.injection_check(said) if said else None
+                if verdict is not None and verdict.suspicious:
+                    found += [f"input: {r}" for r in verdict.reasons if f"input: {r}" not in found]
+        if found and ctx.cfg.input_guard == "block":
+            ctx.cfg.state.audit(who.name, "task", f"{task.kind} (chat UI housekeeping)", [], "blocked", found)
+            raise HTTPException(400, "the question was blocked by the input guard: "
+                                + "; ".join(f.removeprefix("input: ") for f in found))
         text, how = tasks.answer(task, body.sampling(ctx.cfg.llm) or ctx.cfg.llm)
         text = guarded(text) if ctx.cfg.output_guard else text
         # What was asked and who answered it, never the conversation (the caller's, not the index's).
-        ctx.cfg.state.audit(who.name, "task", f"{task.kind} (chat UI housekeeping)", [], "answered", [f"task: {how}"])
+        ctx.cfg.state.audit(who.name, "task", f"{task.kind} (chat UI housekeeping)", [], "answered", [f"task: {how}", *found])
         head = {"id": "chatcmpl-" + secrets.token_hex(12), "created": int(time.time()), "model": body.model}
         ext = {"task": task.kind, "mode": how, "sources": [], "context": [], "refused": False, "reason": "",
                "flags": [f"task: {task.kind}, answered without retrieval ({how})"], "verification": None}
