@@ -7,7 +7,6 @@ import os
 import signal
 import subprocess
 import sys
-import time
 
 import httpx
 import pytest
@@ -16,7 +15,7 @@ from hypothesis import strategies as st
 
 pytest.importorskip("fastapi", reason="server extra not installed")
 
-from helpers.net import free_port  # noqa: E402
+from helpers.net import free_port, wait_serving  # noqa: E402
 from helpers.server import HANDBOOK  # noqa: E402
 from microrag_engine.server.auth import KeyStore  # noqa: E402
 from microrag_engine.server.logs import request_id  # noqa: E402
@@ -38,13 +37,7 @@ def test_every_line_is_json_with_its_request_id_and_no_key_question_or_document_
                             env={**os.environ, "MICRORAG_SERVER_DIR": str(tmp_path / "srv")}, cwd=tmp_path)
     url = f"http://127.0.0.1:{port}"
     try:
-        deadline = time.time() + 90
-        while time.time() < deadline:
-            try:
-                httpx.get(url + "/health/live", timeout=1)
-                break
-            except httpx.HTTPError:
-                time.sleep(0.2)
+        wait_serving(url, "/health/live", proc=proc)
         auth = {"Authorization": f"Bearer {admin}"}
         r = httpx.post(url + "/query?debug=" + admin, json={"query": QUESTION}, timeout=60,
                        headers={**auth, "X-Request-ID": "trace-123"})

@@ -16,7 +16,7 @@ import pytest
 pytest.importorskip("fastapi", reason="server extra not installed")
 
 from helpers.llm import stream_chat  # noqa: E402
-from helpers.net import free_port  # noqa: E402
+from helpers.net import free_port, wait_serving  # noqa: E402
 from helpers.server import HANDBOOK, Running  # noqa: E402
 from microrag_engine.config import LLMConfig  # noqa: E402
 
@@ -32,15 +32,12 @@ def serve(tmp: Path, llm_url: str, *extra: str) -> tuple[subprocess.Popen, str]:
                              "--corpus", str(kb), "--index", str(tmp / "ix"), *extra],
                             stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True, env=env, cwd=tmp)
     url = f"http://127.0.0.1:{port}"
-    deadline = time.time() + 90
-    while time.time() < deadline:
-        try:
-            if httpx.get(url + "/health/ready", timeout=2).status_code == 200:
-                return proc, url
-        except httpx.HTTPError:
-            time.sleep(0.2)
-    proc.kill()
-    raise AssertionError("the server did not become ready: " + (proc.stderr.read() if proc.stderr else ""))
+    try:
+        wait_serving(url, "/health/ready", proc=proc)
+    except AssertionError:
+        proc.kill()
+        raise
+    return proc, url
 
 
 def in_flight(url: str, out: dict) -> threading.Thread:

@@ -30,7 +30,7 @@ _DIAG_LOG: list[logging.Logger] = []
 def diag(msg: str) -> None:
     """A diagnostic line on stderr (results go to stdout)."""
     if _DIAG_LOG:
-        _DIAG_LOG[0].warning(msg) if msg.startswith(("warning", "WARNING")) else _DIAG_LOG[0].info(msg)
+        _DIAG_LOG[0].log(logging.WARNING if msg.lower().startswith("warning") else logging.INFO, msg)
         return
     print(f"microrag: {msg}", file=sys.stderr, flush=True)
 
