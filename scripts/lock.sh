@@ -13,7 +13,7 @@ compile() { "$TOOLS/bin/pip-compile" -q $UPGRADE --generate-hashes --strip-extra
 # make test: every extra, the test-only references and the local LLM's runtime and build
 # dependencies, resolved together so one venv holds one consistent set. llama-cpp-python
 # itself stays out (scripts/install-llama.sh builds its wheel from source and caches it).
-compile --extra models,postgres,ann,eval,server,pii,formats,watch,ocr,mcp,langchain,llamaindex,cluster,dev --unsafe-package llama-cpp-python \
+compile --extra models,postgres,ann,eval,server,pii,formats,watch,ocr,mcp,langchain,llamaindex,cluster,otel,docs,dev --unsafe-package llama-cpp-python \
   -o test.lock ../pyproject.toml test-extra.in local-llm.in
 # The build backend, installed first so the project installs with --no-build-isolation
 # (no unpinned setuptools from the index); --allow-unsafe is what lets setuptools be pinned.
