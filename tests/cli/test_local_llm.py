@@ -1,7 +1,8 @@
 """The optional local LLM: our client against llama.cpp's real OpenAI-compatible server.
 
-Slow (the server loads SmolLM2-135M and generates on the CPU) but part of
-``make test``, which installs llama-cpp-python (scripts/install-llama.sh).
+Slow (the server loads SmolLM2-135M and generates on the CPU) and needs
+llama-cpp-python, which compiles from source: ``make test-llm`` builds it
+(scripts/install-llama.sh) and runs these; ``make test`` deselects them.
 """
 
 from __future__ import annotations
@@ -18,7 +19,7 @@ from helpers.net import free_port
 from microrag_engine.config import LLMConfig
 from microrag_engine.runtime.llm import ChatStream
 
-pytestmark = pytest.mark.slow
+pytestmark = pytest.mark.llm
 
 
 @pytest.fixture(scope="module")
