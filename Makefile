@@ -3,7 +3,8 @@
 # them). `make demo` installs only what the demo runs; `make test` adds every extra
 # and the test-only references (torch, transformers, onnx, playwright).
 PY ?= python3
-VENV := .venv
+# Another Python gets its own venv beside the default one: make test PY=python3.12 VENV=.venv-3.12
+VENV ?= .venv
 BIN := $(VENV)/bin
 PIP := $(BIN)/python -m pip install -q --require-hashes
 DEMO_STAMP := $(VENV)/.demo-installed
@@ -14,11 +15,11 @@ REQ := requirements
 
 venv: $(TEST_STAMP)
 
-# The locks pin wheels for CPython 3.11 on x86-64 Linux (our CI machine kind); elsewhere
-# install from pyproject.toml's ranges instead (README, "Install options").
+# The locks pin wheels for CPython 3.11-3.13 on x86-64 Linux (our CI machine kind; CI runs
+# 3.11 and 3.12); elsewhere install from pyproject.toml's ranges instead (README, "Install options").
 $(BIN)/python:
-	@$(PY) -c 'import platform, sys; sys.exit(sys.version_info[:2] != (3, 11) or platform.machine() != "x86_64")' || \
-	  { echo "make: the locks in requirements/ are for CPython 3.11 on x86-64 Linux; use pip install './[models]' (README)" >&2; exit 1; }
+	@$(PY) -c 'import platform, sys; sys.exit(not (3, 11) <= sys.version_info[:2] <= (3, 13) or platform.machine() != "x86_64")' || \
+	  { echo "make: the locks in requirements/ are for CPython 3.11-3.13 on x86-64 Linux; use pip install './[models]' (README)" >&2; exit 1; }
 	$(PY) -m venv $(VENV)
 
 # The project itself goes in last, without build isolation, so the build backend is the

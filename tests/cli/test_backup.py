@@ -10,6 +10,8 @@ from __future__ import annotations
 
 import hashlib
 import json
+import os
+import random
 import shutil
 import subprocess
 import sys
@@ -42,7 +44,7 @@ def one_line_error(proc: subprocess.CompletedProcess, needle: str) -> None:
     assert proc.stderr.startswith("microrag: error: ") and needle in proc.stderr, proc.stderr
 
 
-def hits(index: Path) -> list[tuple[str, float]]:
+def hits(index: Path | str) -> list[tuple[str, float]]:
     proc = run_cli("retrieve", "--index", str(index), "--json", "--top-k", "4", QUERY)
     assert proc.returncode == 0, proc.stderr
     return [(h["id"], round(h["hybrid"], 6)) for h in json.loads(proc.stdout)]
@@ -273,3 +275,36 @@ def test_a_postgresql_index_points_to_pg_dump(tmp_path, command):
     proc = run_cli(*command, "--index", "postgresql://rag@db.invalid/rag?schema=handbook")
     one_line_error(proc, "pg_dump")
     assert "README" in proc.stderr and not (ROOT / "bk").exists()
+
+
+PG = os.environ.get("MICRORAG_TEST_PG", "")
+PG_BIN = Path("/usr/lib/postgresql/15/bin")
+
+
+@pytest.mark.skipif(not PG, reason="set MICRORAG_TEST_PG (make test starts a server)")
+@pytest.mark.skipif(not (PG_BIN / "pg_dump").exists(), reason=f"no pg_dump at {PG_BIN} (scripts/install-postgres.sh)")
+def test_the_documented_pg_dump_steps_restore_a_postgresql_index_that_answers_the_same(tmp_path):
+    """The README's steps, run as written: pg_dump of the schema, the vector extension, pg_restore into
+    another database of the test server; the restored index passes check, answers the same, keeps its keys."""
+    schema = f"bk_{os.getpid()}_{random.randrange(10**9)}"
+    source = f"{PG}?schema={schema}"
+    assert run_cli("ingest", str(demo_corpus()), "--index", source, "--preset", "seed").returncode == 0
+    assert run_cli("keys", "add", "alice", "--role", "contributor", "--index", source, "-q").returncode == 0
+    dump = tmp_path / "handbook.dump"
+    subprocess.run([PG_BIN / "pg_dump", "--format=custom", f"--schema={schema}", f"--file={dump}", PG], check=True)
+    database = f"restored_{random.randrange(10**9)}"
+    target = PG.rsplit("/", 1)[0] + "/" + database
+    subprocess.run([PG_BIN / "psql", "-q", PG, "-c", f"CREATE DATABASE {database}"], check=True)
+    try:
+        subprocess.run([PG_BIN / "psql", "-q", target, "-c", "CREATE EXTENSION IF NOT EXISTS vector"], check=True)
+        subprocess.run([PG_BIN / "pg_restore", f"--dbname={target}", "--clean", "--if-exists", "--single-transaction", dump],
+                       check=True)
+        restored = f"{target}?schema={schema}"
+        check = run_cli("check", "--index", restored)
+        assert check.returncode == 0, check.stderr
+        assert hits(restored) == hits(source) and hits(source)
+        keys = [json.loads(run_cli("keys", "list", "--json", "--index", ix).stdout) for ix in (source, restored)]
+        assert [k["name"] for k in keys[1]] == ["alice"] and keys[0] == keys[1]
+    finally:
+        subprocess.run([PG_BIN / "psql", "-q", PG, "-c", f"DROP DATABASE IF EXISTS {database} WITH (FORCE)"], check=False)
+        subprocess.run([PG_BIN / "psql", "-q", PG, "-c", f"DROP SCHEMA IF EXISTS {schema} CASCADE"], check=False)
