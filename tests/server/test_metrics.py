@@ -2,12 +2,19 @@
 
 from __future__ import annotations
 
+from collections.abc import Iterator
+from urllib.parse import quote
+
 import pytest
+from hypothesis import HealthCheck, given, settings
+from hypothesis import strategies as st
+from starlette.routing import Mount, Route
 
 pytest.importorskip("fastapi", reason="server extra not installed")
 parser = pytest.importorskip("prometheus_client.parser", reason="prometheus-client (server extra) is not installed")
 
 from helpers.server import Running  # noqa: E402
+from microrag_engine.server.metrics import METHODS  # noqa: E402
 
 SECRET_WORDS = ("WireGuard", "180000", "quokka")  # document text; never in a metric
 
@@ -115,3 +122,29 @@ def test_rate_limit_hits_are_counted(tmp_path):
         assert value(samples, "microrag_requests_total", route="/whoami", method="GET", status="429") == 2
     finally:
         s.stop()
+
+
+def route_templates(routes) -> Iterator[str]:
+    """Every route's template, through FastAPI's included routers (kept apart since FastAPI 0.16x)."""
+    for r in routes:
+        if isinstance(r, Route | Mount):
+            yield r.path
+        yield from route_templates(getattr(getattr(r, "original_router", None), "routes", []))
+
+
+PATHS = st.lists(st.text(alphabet=st.characters(codec="ascii", exclude_characters="?#"), max_size=30), min_size=1, max_size=4)
+
+
+@settings(max_examples=40, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture])
+@given(parts=PATHS, method=st.sampled_from(["GET", "POST", "DELETE", "BREW", "PROPFIND", "x-" + "a" * 30]),
+       prefix=st.sampled_from(["", "documents/", "review/", "v1/", "ui/", "mcp/"]))
+def test_labels_stay_a_bounded_set_whatever_path_or_method_a_caller_sends(srv, parts, method, prefix):
+    path = "/" + prefix + "/".join(quote(p, safe="") for p in parts)
+    srv.call(method, path, "reader")
+    templates = set(route_templates(srv.server.config.app.routes)) | {"unmatched"}
+    for (name, labels), _ in scrape(srv).items():
+        got = dict(labels)
+        if "route" in got:
+            assert got["route"] in templates, (name, got)
+        if "method" in got:
+            assert got["method"] in METHODS + ("other",), (name, got)

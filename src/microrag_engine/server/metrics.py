@@ -29,6 +29,9 @@ except ImportError:  # the server extra is not installed: metrics off
 
 STEPS = ("retrieve", "answer", "verify", "guard")
 REFUSED_BY = ("gate", "answerer", "model", "verification", "filter")
+# HTTP allows any token as a method: one outside this set is counted as "other", so a caller
+# cannot grow the series by inventing methods.
+METHODS = ("GET", "HEAD", "POST", "PUT", "PATCH", "DELETE", "OPTIONS")
 # Seconds: a query's steps run from about a millisecond (the guard) to a model's tens of seconds.
 BUCKETS = (0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1.0, 2.5, 5.0, 10.0, 30.0, 60.0)
 
@@ -64,7 +67,7 @@ class Metrics:
 
     def request(self, route: str, method: str, status: int, seconds: float) -> None:
         if self.enabled:
-            self.requests.labels(route, method, str(status)).inc()
+            self.requests.labels(route, method if method in METHODS else "other", str(status)).inc()
             self.latency.labels(route).observe(seconds)
             if status == 429:
                 self.limited.labels(route).inc()
