@@ -127,3 +127,47 @@ def test_liveness_and_readiness_are_separate(tmp_path, llm_server):
     finally:
         s.stop()
         dead.stop()
+
+
+def test_sigterm_during_an_upload_finishes_it_and_the_restarted_server_has_it(tmp_path, llm_server):
+    """An upload is the write that must not be lost or half done: SIGTERM while it is being
+    chunked and embedded lets it finish within the grace period, and the next start serves it."""
+    admin = subprocess.run([sys.executable, "-m", "microrag_engine.cli", "keys", "add", "ops", "--role", "admin", "-q",
+                            "--index", str(tmp_path / "ix")], capture_output=True, text=True, check=True).stdout.strip()
+    # long enough to be in flight when the signal lands: hundreds of chunks to embed
+    body = "# Rollout notes\n\n" + "\n\n".join(
+        f"## Step {i}\n\nThe rollout step {i} moves shard {i * 7 % 101} to rack {i % 13} after the canary "
+        f"{i * 3 % 17} reports healthy for {i % 9 + 1} minutes." for i in range(1500))
+    proc, url = serve(tmp_path, llm_server.url, "--grace-seconds", "120")
+    auth = {"Authorization": f"Bearer {admin}"}
+    out: dict = {}
+
+    def upload() -> None:
+        out["response"] = httpx.post(url + "/ingest", json={"source": "ops/rollout.md", "body": body}, headers=auth,
+                                     timeout=180)
+        out["at"] = time.monotonic()
+    t = threading.Thread(target=upload)
+    try:
+        t.start()
+        time.sleep(1.0)  # the body is sent and the server is working on it
+        signalled = time.monotonic()
+        proc.send_signal(signal.SIGTERM)
+        t.join(timeout=180)
+        assert proc.wait(timeout=60) in (0, -signal.SIGTERM)
+    finally:
+        if proc.poll() is None:
+            proc.kill()
+    r = out["response"]
+    assert r.status_code == 200, r.text
+    assert out["at"] > signalled, "the upload finished before the signal: the test proved nothing"
+    check = subprocess.run([sys.executable, "-m", "microrag_engine.cli", "check", "--index", str(tmp_path / "ix")],
+                           capture_output=True, text=True, timeout=120, cwd=tmp_path)
+    assert check.returncode == 0, check.stdout + check.stderr
+    proc, url = serve(tmp_path, llm_server.url)
+    try:
+        docs = httpx.get(url + "/documents", headers=auth, timeout=30).json()
+        review = httpx.get(url + "/review", headers=auth, timeout=30).json()
+        assert r.json()["doc"] in {d["doc"] for d in docs} | {e["doc"] for e in review}
+    finally:
+        proc.send_signal(signal.SIGTERM)
+        proc.wait(timeout=60)
