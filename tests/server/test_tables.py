@@ -119,3 +119,28 @@ def test_a_postgres_servers_old_local_files_are_adopted_once(pg_tables, tmp_path
     assert [e["doc"] for e in state.pending()] == ["held.md"] and state.trail(5)[0]["query"] == "vpn port"
     assert ServerState(pg_tables).fingerprint("q") == old_state.fingerprint("q")
     assert adopt(pg_tables, tmp_path / "keys.sqlite", tmp_path / "server.sqlite") == []  # once
+
+
+
+def test_a_column_another_process_adds_between_the_look_and_the_alter_is_no_error(tmp_path):
+    """`serve` and `microrag mcp` (or three MCP clients) open the same new server.sqlite together: one
+    adds a column between another's look and its ALTER (SQLite has no ADD COLUMN IF NOT EXISTS)."""
+    from microrag_engine.server.tables import SqliteTables
+
+    path = tmp_path / "server.sqlite"
+    mine = SqliteTables(path)
+    mine.run("CREATE TABLE review (doc TEXT PRIMARY KEY)")
+    other = sqlite3.connect(path, isolation_level=None)
+    run = mine.run
+
+    def look_then_lose_the_race(sql: str, params: tuple = ()) -> list[tuple]:
+        rows = run(sql, params)
+        if sql == "PRAGMA table_info(review)":
+            other.execute("ALTER TABLE review ADD COLUMN preview TEXT NOT NULL DEFAULT ''")
+        return rows
+
+    mine.run = look_then_lose_the_race  # type: ignore[method-assign]
+    mine.add_column("review", "preview", "TEXT NOT NULL DEFAULT ''")
+    assert [r[1] for r in run("PRAGMA table_info(review)")] == ["doc", "preview"]
+    with pytest.raises(sqlite3.OperationalError, match="no such table"):  # other errors still surface
+        mine.add_column("missing", "preview", "TEXT")

@@ -35,7 +35,14 @@ class SqliteTables:
 
     def add_column(self, table: str, column: str, decl: str) -> None:
         if column not in {r[1] for r in self.run(f"PRAGMA table_info({table})")}:
-            self.run(f"ALTER TABLE {table} ADD COLUMN {column} {decl}")
+            try:
+                self.run(f"ALTER TABLE {table} ADD COLUMN {column} {decl}")
+            except sqlite3.OperationalError as exc:
+                # Another process opening the same fresh file (serve and `microrag mcp`, or
+                # two MCP clients) added it between the look and the ALTER: SQLite has no
+                # ADD COLUMN IF NOT EXISTS.
+                if "duplicate column name" not in str(exc):
+                    raise
 
     def __init__(self, path: str | Path) -> None:
         Path(path).parent.mkdir(parents=True, exist_ok=True)
