@@ -29,6 +29,7 @@ from starlette.routing import Mount, Route
 
 from .. import __version__
 from ..errors import MicroRAGError
+from ..runtime.tracing import failed, server_span
 from . import logs
 from .config import UI_HEADERS, ServerConfig
 from .context import ServerContext
@@ -169,13 +170,20 @@ def create_app(cfg: ServerConfig) -> FastAPI:
         began = time.perf_counter()
         rid = request_id(request.headers.get(logs.HEADER))
         token = logs.REQUEST_ID.set(rid)  # the route's thread, the engine and the audit row see it
+        # The request's span (runtime/tracing.py), parent of the pipeline's steps: the route's
+        # template and the status, as the metrics have them; never the path or a header's value.
+        traced = server_span("microrag.request", request.headers, request_id=rid, **{"http.method": request.method})
         try:
-            response = await call_next(request)
-            seconds = time.perf_counter() - began
-            # By the route's template (/documents/{doc}), never the path: a caller cannot grow the series.
-            route = request.scope.get("route")
-            ctx.metrics.request(route.path if isinstance(route, Route | Mount) else "unmatched", request.method,
-                                response.status_code, seconds)
+            with traced:
+                response = await call_next(request)
+                seconds = time.perf_counter() - began
+                # By the route's template (/documents/{doc}), never the path: a caller cannot grow the series.
+                route = request.scope.get("route")
+                template = route.path if isinstance(route, Route | Mount) else "unmatched"
+                ctx.metrics.request(template, request.method, response.status_code, seconds)
+                traced.set(**{"http.route": template, "http.status_code": response.status_code})
+                if response.status_code >= 500:
+                    failed(traced, f"HTTP {response.status_code}")
             access.info("%s %s %d %.1f ms", request.method, request.url.path, response.status_code, seconds * 1000)
         finally:
             logs.REQUEST_ID.reset(token)
