@@ -4,7 +4,10 @@ no question, document text or name, or key in any span."""
 
 from __future__ import annotations
 
+import subprocess
+import sys
 import time
+from pathlib import Path
 
 import pytest
 
@@ -106,3 +109,51 @@ def test_a_route_is_its_template_and_a_callers_trace_is_continued(traced):
     assert format(root.context.trace_id, "032x") == trace_id and root.parent is not None  # under the caller's span
     assert root.status.is_unset  # a 4xx is the caller's error, not the server's
     assert "salaries" not in said([root])
+
+
+def test_without_opentelemetry_the_server_answers(tmp_path, monkeypatch):
+    monkeypatch.setattr(tracing, "trace", None)  # what the module holds when the import failed
+    srv = Running(tmp_path, verify=False)
+    try:
+        r = srv.call("POST", "/query", "reader", json={"query": "Which UDP port does the corporate VPN use?"})
+        assert r.status_code == 200 and "51820" in r.json()["answer"], r.text
+    finally:
+        srv.stop()
+
+
+HOST = """
+import sys
+from pathlib import Path
+sys.path.insert(0, {tests!r})
+from opentelemetry import trace
+from opentelemetry.sdk.trace import TracerProvider
+from opentelemetry.sdk.trace.export import SimpleSpanProcessor
+from opentelemetry.sdk.trace.export.in_memory_span_exporter import InMemorySpanExporter
+exporter = InMemorySpanExporter()
+provider = TracerProvider()
+provider.add_span_processor(SimpleSpanProcessor(exporter))
+trace.set_tracer_provider(provider)  # the host application's, once per process
+from helpers.server import Running
+srv = Running(Path({tmp!r}), verify=False)
+r = srv.call("DELETE", "/documents/salaries.md?why=WireGuard", "reader")
+assert r.status_code == 403, r.text
+r = srv.call("POST", "/query", "reader", json={{"query": "Which UDP port does the corporate VPN use?"}})
+assert r.status_code == 200, r.text
+srv.stop()
+for s in exporter.get_finished_spans():
+    print("SPAN", s.name, *sorted(f"{{k}}={{v}}" for k, v in s.attributes.items()))
+"""
+
+
+def test_a_host_applications_global_provider_gets_microrags_spans_and_only_those(tmp_path):
+    """Library use: spans go to the global provider the host set; FastAPI's own telemetry
+    (which would record the path and the query string) stays off."""
+    script = HOST.format(tests=str(Path(__file__).parents[1]), tmp=str(tmp_path))
+    proc = subprocess.run([sys.executable, "-c", script], capture_output=True, text=True, timeout=300)
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    spans = [line for line in proc.stdout.splitlines() if line.startswith("SPAN ")]
+    names = [line.split()[1] for line in spans]
+    assert names.count("microrag.request") == 2 and "microrag.retrieve" in names, proc.stdout
+    assert all(n.startswith("microrag.") for n in names), names
+    for text in ("salaries", "WireGuard", "why=", "corporate"):
+        assert text.lower() not in "\n".join(spans).lower(), text

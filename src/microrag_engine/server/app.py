@@ -14,6 +14,7 @@ from __future__ import annotations
 
 import asyncio
 import importlib.util
+import inspect
 import logging
 import time
 from collections.abc import AsyncIterator, Mapping
@@ -113,6 +114,12 @@ def _error(request: Request, message: str, status: int, headers: Mapping[str, st
 
 access = logging.getLogger("microrag.access")
 
+# FastAPI's own OpenTelemetry (0.16x: spans, metrics and logs of every request through the global
+# providers) records the path, the query string and validation errors with their input - a
+# document's name, a question. Off: this app's spans are its own (``microrag.request``).
+_NATIVE_TELEMETRY_OFF = {"telemetry": {"tracing": False, "metrics": False, "logs": False, "operation_spans": False}} \
+    if "telemetry" in inspect.signature(FastAPI.__init__).parameters else {}
+
 # How long a stopping server waits for the background save of derived files (seconds).
 SAVE_ON_EXIT_S = 60.0
 
@@ -133,7 +140,7 @@ def create_app(cfg: ServerConfig) -> FastAPI:
 
     app = FastAPI(title="microRAG", version=__version__, docs_url=None if on.closed_surface else "/docs", redoc_url=None,
                   description="Retrieval-augmented answers over your documents, with identity, labels and an audit trail.",
-                  lifespan=lifespan)
+                  lifespan=lifespan, **_NATIVE_TELEMETRY_OFF)
 
     # ------------------------------------------------------------ errors and limits
 
