@@ -177,6 +177,7 @@ def test_without_opentelemetry_the_engine_answers(monkeypatch, engine):
 
 def test_setup_reads_the_standard_variables(monkeypatch):
     try:
+        assert tracing.setup({}) == "the console"  # no OTLP endpoint set: where an operator sees them at once
         assert tracing.setup({"OTEL_TRACES_EXPORTER": "console"}) == "the console"
         assert tracing.enabled()
         assert tracing.setup({"OTEL_TRACES_EXPORTER": "none"}).startswith("nowhere")

@@ -20,6 +20,7 @@ import time
 from collections.abc import AsyncIterator, Mapping
 from contextlib import asynccontextmanager
 from pathlib import Path
+from typing import Any
 
 from fastapi import FastAPI, Request
 from fastapi.exceptions import RequestValidationError
@@ -117,7 +118,7 @@ access = logging.getLogger("microrag.access")
 # FastAPI's own OpenTelemetry (0.16x: spans, metrics and logs of every request through the global
 # providers) records the path, the query string and validation errors with their input - a
 # document's name, a question. Off: this app's spans are its own (``microrag.request``).
-_NATIVE_TELEMETRY_OFF = {"telemetry": {"tracing": False, "metrics": False, "logs": False, "operation_spans": False}} \
+_NATIVE_TELEMETRY_OFF: dict[str, Any] = {"telemetry": {"tracing": False, "metrics": False, "logs": False, "operation_spans": False}} \
     if "telemetry" in inspect.signature(FastAPI.__init__).parameters else {}
 
 # How long a stopping server waits for the background save of derived files (seconds).
