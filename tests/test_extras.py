@@ -7,6 +7,8 @@ for a module it could not find), so these run on the full test install too.
 from __future__ import annotations
 
 import logging
+import os
+import subprocess
 import sys
 
 import pytest
@@ -95,3 +97,46 @@ def test_local_llm_extra(tmp_path):
     proc = run_cli("local-llm", env={"PYTHONPATH": str(tmp_path)})
     assert proc.returncode != 0 and "Traceback" not in proc.stderr
     assert "bash scripts/install-llama.sh" in proc.stderr
+
+
+def test_otel_extra(monkeypatch):
+    from microrag_engine.runtime import tracing
+
+    _missing(monkeypatch, "opentelemetry.sdk", "opentelemetry.sdk.trace", "opentelemetry.sdk.trace.export",
+             "opentelemetry.sdk.resources")
+    with pytest.raises(MicroRAGError, match=r"pip install 'microrag-engine\[otel\]'"):
+        tracing.setup({"OTEL_TRACES_EXPORTER": "console"})
+
+
+def _hiding(tmp_path, module: str) -> dict[str, str]:
+    """The environment of a process in which ``import module`` fails (this checkout's code)."""
+    (tmp_path / "sitecustomize.py").write_text(f"import sys\nsys.modules[{module!r}] = None\n")
+    return {"PYTHONPATH": os.pathsep.join([str(tmp_path), *filter(None, [os.environ.get("PYTHONPATH")])])}
+
+
+def test_serve_trace_without_the_otel_extra(tmp_path):
+    # (the SDK only: FastAPI 0.16x itself needs opentelemetry-api)
+    proc = run_cli("serve", "--trace", "--index", str(tmp_path / "ix"), env=_hiding(tmp_path, "opentelemetry.sdk"))
+    assert proc.returncode != 0 and "Traceback" not in proc.stderr
+    assert proc.stderr.strip().splitlines() == ["microrag: error: tracing needs the OpenTelemetry SDK: "
+                                                "pip install 'microrag-engine[otel]'"]
+
+
+def test_the_engine_answers_without_opentelemetry(tmp_path):
+    """No OpenTelemetry at all: the core imports and answers, every step the null one.
+    (The server without it: ``tests/server/test_tracing_server.py``.)"""
+    script = (
+        "import sys\n"
+        "from microrag_engine.runtime import tracing\n"
+        "assert tracing.trace is None and not tracing.enabled()\n"
+        "from microrag_engine.config import preset\n"
+        "from microrag_engine.engine import Engine\n"
+        "from microrag_engine.types import Document\n"
+        "e = Engine.from_documents([Document('vpn.md', 'The VPN uses WireGuard on UDP port 51820.')], preset('seed'))\n"
+        "assert '51820' in e.ask('Which UDP port does the VPN use?', verify=True).text\n"
+        "assert not any(m.split('.')[0] == 'opentelemetry' for m, v in sys.modules.items() if v is not None)\n"
+        "print('answered')\n"
+    )
+    env = {**os.environ, **_hiding(tmp_path, "opentelemetry")}
+    proc = subprocess.run([sys.executable, "-c", script], capture_output=True, text=True, env=env, timeout=300)
+    assert proc.returncode == 0 and proc.stdout.strip() == "answered", proc.stderr[-2000:]

@@ -4,7 +4,10 @@
 behaviour of its own: every decision is made by the step modules. It is the one
 place the steps are wired: the library, the CLI and the server all retrieve with
 ``Engine.retrieve`` and answer with ``Engine.answer`` (``ask`` is both), passing
-``top_k``, spotlighting, tools, verification and a deadline as parameters.
+``top_k``, spotlighting, tools, verification and a deadline as parameters. Each step
+is an OpenTelemetry span when a provider listens (``runtime.tracing``): ``microrag.ask``
+over ``microrag.retrieve`` and ``microrag.answer`` (with ``microrag.verify`` inside),
+``microrag.ingest`` over ``microrag.chunk`` and ``microrag.embed``; counts and scores only.
 """
 
 from __future__ import annotations
@@ -37,10 +40,11 @@ from .retrieve.cap import long_doc_penalty
 from .retrieve.conversation import Condensed, retrieval_query
 from .retrieve.mimic import restated_question
 from .runtime.llm import ChatStream
+from .runtime.tracing import span
 from .store.base import DocFilter, DocRecord, SearchableStore, Store
 from .text import bm25_fingerprint
 from .tools import FileTool, ToolResult
-from .types import NOT_IN_DOCUMENTS, NOT_SUPPORTED, Chunk, Document, Hit, Retrieval, Turn
+from .types import CONTRADICTED, ENTAILED, NEUTRAL, NOT_IN_DOCUMENTS, NOT_SUPPORTED, Chunk, Document, Hit, Retrieval, Turn
 from .verify import Verification, verify_with
 from .verify.conflict import Conflict, conflict_answer, find_conflicts
 from .verify.nli import NLIModel, load_nli
@@ -71,6 +75,16 @@ class Answer:
     refused: bool = False
     reason: str = ""
     verify_seconds: float = 0.0  # the verification step's share of the answer's time (the server's metrics)
+
+
+def refused_by(ans: Answer) -> str:
+    """Who refused ``ans``: gate, filter, verification, model or answerer (a metrics label and a
+    span attribute: a bounded set, never the reason's text)."""
+    if ans.retrieval.refused:
+        return "filter" if "filter" in ans.retrieval.reason else "gate"
+    if ans.reason.startswith("verification"):
+        return "verification"
+    return "model" if ans.mode == "llm" else "answerer"
 
 
 class Engine:
@@ -294,14 +308,18 @@ class Engine:
     def from_documents(cls, docs: list[Document], settings: Settings, progress: bool = False) -> Engine:
         """Chunk and index ``docs`` with ``settings``."""
         settings.validate()
-        docs = _guarded(docs, settings)
-        embedder = make_embedder(settings.embedder)
-        chunks = chunk_documents(
-            docs, settings.chunker, settings.size, settings.overlap, settings.max_tokens, embedder.count_tokens
-        )
-        index = build_index(chunks, settings.keyword, settings.embedder, settings.k1, settings.b, progress=progress)
-        index.ann = _maybe_ann(index.vectors, settings)
-        return cls(settings, index, docs)
+        with span("microrag.ingest", documents=len(docs)):
+            docs = _guarded(docs, settings)
+            embedder = make_embedder(settings.embedder)
+            with span("microrag.chunk") as step:
+                chunks = chunk_documents(
+                    docs, settings.chunker, settings.size, settings.overlap, settings.max_tokens, embedder.count_tokens
+                )
+                step.set(chunks=len(chunks))
+            with span("microrag.embed", chunks=len(chunks)):  # (the keyword index is fitted here too)
+                index = build_index(chunks, settings.keyword, settings.embedder, settings.k1, settings.b, progress=progress)
+            index.ann = _maybe_ann(index.vectors, settings)
+            return cls(settings, index, docs)
 
     @classmethod
     def from_paths(cls, paths: Iterable[str | Path], settings: Settings, progress: bool = False) -> Engine:
@@ -326,11 +344,16 @@ class Engine:
         if safeguards is None:
             safeguards = settings.safeguards_on_retrieve
         labels = tuple(labels) if labels is not None else None
-        result = self._ranked(query, settings, safeguards, labels, scoped, where)
-        if safeguards and settings.hold_mimics and any(restated_question(query, h.chunk.text) for h in result.hits):
-            # Ranked again deeper, so the passages held back leave room for others (rare: only then).
-            deep = self._ranked(query, override(settings, top_k=settings.top_k + MIMIC_DEPTH), True, labels, scoped, where)
-            result = hold_restating(deep, settings.top_k)
+        with span("microrag.retrieve", k=settings.top_k, safeguards=safeguards, filtered=where is not None) as step:
+            result = self._ranked(query, settings, safeguards, labels, scoped, where)
+            if safeguards and settings.hold_mimics and any(restated_question(query, h.chunk.text) for h in result.hits):
+                # Ranked again deeper, so the passages held back leave room for others (rare: only then).
+                deep = self._ranked(query, override(settings, top_k=settings.top_k + MIMIC_DEPTH), True, labels, scoped, where)
+                result = hold_restating(deep, settings.top_k)
+            step.set(hits=len(result.hits), refused=result.refused,
+                     refused_by=("filter" if "filter" in result.reason else "gate") if result.refused else None,
+                     top_score=round(result.hits[0].hybrid, 4) if result.hits else None,
+                     held=len(result.held), capped=len(result.capped))
         return replace(result, labels=labels)
 
     def _ranked(self, query: str, settings: Settings, safeguards: bool, labels: Iterable[str] | None, scoped: bool,
@@ -465,8 +488,9 @@ class Engine:
         where: DocFilter | None = None,
     ) -> Answer:
         """Steps 3-6: retrieve with the gate and the cap, then :meth:`answer`."""
-        retrieval = self.retrieve(query, safeguards=True, labels=labels, top_k=top_k, where=where)
-        return self.answer(query, retrieval, llm, on_piece=on_piece, verify=verify, spotlight=spotlight)
+        with span("microrag.ask"):
+            retrieval = self.retrieve(query, safeguards=True, labels=labels, top_k=top_k, where=where)
+            return self.answer(query, retrieval, llm, on_piece=on_piece, verify=verify, spotlight=spotlight)
 
     def condense(self, turns: Sequence[Turn], llm: LLMConfig | None = None, scope: str = "") -> Condensed:
         """The retrieval query of a conversation's last user message (``Settings.condense``;
@@ -490,10 +514,11 @@ class Engine:
     ) -> Answer:
         """:meth:`ask` for the last user message of a conversation: retrieval searches for
         what the conversation is about (:meth:`condense`), the model reads the earlier turns."""
-        said = self.condense(turns, llm)
-        retrieval = self.retrieve(said.query, safeguards=True, labels=labels, top_k=top_k, where=where)
-        ans = self.answer(said.question, retrieval, llm, on_piece=on_piece, verify=verify, spotlight=spotlight,
-                          history=earlier_turns(turns))
+        with span("microrag.ask", turns=len(turns)):
+            said = self.condense(turns, llm)
+            retrieval = self.retrieve(said.query, safeguards=True, labels=labels, top_k=top_k, where=where)
+            ans = self.answer(said.question, retrieval, llm, on_piece=on_piece, verify=verify, spotlight=spotlight,
+                              history=earlier_turns(turns))
         ans.condensed = said
         return ans
 
@@ -525,6 +550,27 @@ class Engine:
         conversation before ``query``, shown to the model (the extractive answerer quotes
         for ``retrieval.query``, which in a conversation is the condensed query).
         """
+        with span("microrag.answer", passages=len(retrieval.hits), llm=llm is not None and not retrieval.refused,
+                  verify=verify) as step:
+            ans = self._answered(query, retrieval, llm, on_piece=on_piece, verify=verify, spotlight=spotlight,
+                                 tools=tools, deadline=deadline, history=history)
+            step.set(mode=ans.mode, refused=ans.refused, refused_by=refused_by(ans) if ans.refused else None,
+                     truncated=ans.truncated, tools=len(ans.tools), conflicts=len(ans.conflicts))
+        return ans
+
+    def _answered(
+        self,
+        query: str,
+        retrieval: Retrieval,
+        llm: LLMConfig | None = None,
+        *,
+        on_piece: Callable[[str], None] | None = None,
+        verify: bool = False,
+        spotlight: bool = True,
+        tools: FileTool | None = None,
+        deadline: float | None = None,
+        history: Sequence[Turn] = (),
+    ) -> Answer:
         def over() -> bool:
             return deadline is not None and time.monotonic() > deadline
 
@@ -561,17 +607,24 @@ class Engine:
             else:
                 # The model's own words against the chunks it was given, before tool output.
                 began = time.perf_counter()
-                try:
-                    ans.verification = self.verify(ans.text, retrieval)
-                except MicroRAGError as exc:  # a missing model must not cost the answer
-                    ans.flags.append(f"verify: unavailable ({exc})")
-                else:
-                    ans.text = ans.verification.text
-                    if not ans.verification.supported:
-                        ans.flags.append("verify: " + ans.verification.summary())
-                    if ans.text.lstrip().startswith(NOT_SUPPORTED):
-                        ans.refused = True
-                        ans.reason = "verification: " + (ans.verification.off_question or ans.verification.summary())
+                backend = self.settings.nli if self.settings.nli in ("shipped", "llm") else "folder"  # (never the path)
+                with span("microrag.verify", backend=backend, policy=self.settings.verify_policy) as step:
+                    try:
+                        ans.verification = self.verify(ans.text, retrieval)
+                    except MicroRAGError as exc:  # a missing model must not cost the answer
+                        ans.flags.append(f"verify: unavailable ({exc})")
+                        step.set(unavailable=True)
+                    else:
+                        ans.text = ans.verification.text
+                        if not ans.verification.supported:
+                            ans.flags.append("verify: " + ans.verification.summary())
+                        if ans.text.lstrip().startswith(NOT_SUPPORTED):
+                            ans.refused = True
+                            ans.reason = "verification: " + (ans.verification.off_question or ans.verification.summary())
+                        counts = ans.verification.counts
+                        step.set(sentences=len(ans.verification.sentences), entailed=counts[ENTAILED],
+                                 neutral=counts[NEUTRAL], contradicted=counts[CONTRADICTED],
+                                 supported=ans.verification.supported, refused=ans.refused)
                 ans.verify_seconds = time.perf_counter() - began
         if tools is not None and ans.mode == "llm":
             # Only files the user's own message names (``query``: this turn's, never history).

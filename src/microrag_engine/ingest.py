@@ -36,6 +36,7 @@ from .config import Settings
 from .errors import ConfigError, CorpusError
 from .index.embed import Embedder, make_embedder
 from .load import SUPPORTED, iter_files, iter_tagged
+from .runtime.tracing import span
 from .store.base import BOUND_SETTINGS, FIELD_NAME, MAX_FIELD_CHARS, MAX_FIELDS, DocRecord, DocUpdate, Store
 from .types import Chunk, Document
 
@@ -421,26 +422,35 @@ def stream_documents(
     run = Ingestion(store, settings, embedder.dim, label, principal, extra_meta, visible, commit_chunks)
     ticker = Ticker(progress, total, "doc" if done is None else "file")
     consumed = 0
-    try:
-        batch: list[Prepared] = []
-        for item in _prepared(docs, run.plan, embedder.count_tokens):
-            consumed += 1
-            ticker.tick(done() if done else consumed)
-            if isinstance(item, str):
-                run.unchanged(item)
-                continue
-            run.count(item.record.doc, len(item.chunks), item.findings, item.replaces)
-            batch.append(item)
-            if sum(len(p.chunks) for p in batch) >= EMBED_CHUNKS:
-                run.write(embed_prepared(batch, embedder))
-                batch = []
-        run.write(embed_prepared(batch, embedder))
-        return run.finish(deletions(), late_meta() if late_meta else None)
-    except BaseException:
-        run.abandon()
-        raise
-    finally:
-        ticker.close()
+    with span("microrag.ingest") as step:
+        try:
+            batch: list[Prepared] = []
+            for item in _prepared(docs, run.plan, embedder.count_tokens):
+                consumed += 1
+                ticker.tick(done() if done else consumed)
+                if isinstance(item, str):
+                    run.unchanged(item)
+                    continue
+                run.count(item.record.doc, len(item.chunks), item.findings, item.replaces)
+                batch.append(item)
+                if sum(len(p.chunks) for p in batch) >= EMBED_CHUNKS:
+                    run.write(_embedded(batch, embedder))
+                    batch = []
+            run.write(_embedded(batch, embedder))
+            report = run.finish(deletions(), late_meta() if late_meta else None)
+        except BaseException:
+            run.abandon()
+            raise
+        finally:
+            ticker.close()
+        step.set(documents=consumed, changes=report.changes, chunks=report.chunks_written)
+        return report
+
+
+def _embedded(batch: list[Prepared], embedder: Embedder) -> list[DocUpdate]:
+    """``embed_prepared``, one span (``microrag.embed``) per batch (chunking ran on the loader thread)."""
+    with span("microrag.embed", documents=len(batch), chunks=sum(len(p.chunks) for p in batch)):
+        return embed_prepared(batch, embedder)
 
 
 class Ticker:

@@ -17,6 +17,7 @@ from typing import Any
 from ..config import LLMConfig, override
 from ..errors import MicroRAGError
 from ..ingest import ingest_paths
+from ..runtime import tracing
 from ..server.auth import KeyStore
 from ..server.config import ServerConfig
 from ..server.defences import HARDENED, LAB, PROFILES, Profile
@@ -58,6 +59,9 @@ def register(sub: argparse._SubParsersAction) -> None:
     sv.add_argument("--grace-seconds", type=float, default=30.0, metavar="S",
                     help="on SIGTERM/SIGINT: stop accepting, let answers and uploads in flight finish this long, "
                          "then exit (default: %(default)s)")
+    sv.add_argument("--trace", action="store_true",
+                    help="OpenTelemetry spans per request and pipeline step (the otel extra), exported as "
+                         "OTEL_TRACES_EXPORTER says: console (the default without an OTLP endpoint) or otlp")
     add_server_options(sv)
     sv.set_defaults(run=cmd_serve)
 
@@ -141,6 +145,10 @@ def cmd_serve(args: argparse.Namespace) -> int:
               "no diversity cap. A demonstration target for `microrag redteam`; never expose it.")
     elif not loopback and not args.quiet:
         diag(f"warning: listening on {args.host}: put TLS and a firewall in front of it")
+    if args.trace:  # before the index opens: its first ingest is traced too
+        where = tracing.setup()
+        if not args.quiet:
+            diag(f"tracing: spans to {where} (no question or document text is recorded)")
     cfg = server_config(args, profile, allowed_hosts=_allowed_hosts(args))
     app = create_app(cfg)
     if not args.quiet:

@@ -14,11 +14,13 @@ from __future__ import annotations
 
 import asyncio
 import importlib.util
+import inspect
 import logging
 import time
 from collections.abc import AsyncIterator, Mapping
 from contextlib import asynccontextmanager
 from pathlib import Path
+from typing import Any
 
 from fastapi import FastAPI, Request
 from fastapi.exceptions import RequestValidationError
@@ -29,6 +31,7 @@ from starlette.routing import Mount, Route
 
 from .. import __version__
 from ..errors import MicroRAGError
+from ..runtime.tracing import failed, server_span
 from . import logs
 from .config import UI_HEADERS, ServerConfig
 from .context import ServerContext
@@ -112,6 +115,12 @@ def _error(request: Request, message: str, status: int, headers: Mapping[str, st
 
 access = logging.getLogger("microrag.access")
 
+# FastAPI's own OpenTelemetry (0.16x: spans, metrics and logs of every request through the global
+# providers) records the path, the query string and validation errors with their input - a
+# document's name, a question. Off: this app's spans are its own (``microrag.request``).
+_NATIVE_TELEMETRY_OFF: dict[str, Any] = {"telemetry": {"tracing": False, "metrics": False, "logs": False, "operation_spans": False}} \
+    if "telemetry" in inspect.signature(FastAPI.__init__).parameters else {}
+
 # How long a stopping server waits for the background save of derived files (seconds).
 SAVE_ON_EXIT_S = 60.0
 
@@ -132,7 +141,7 @@ def create_app(cfg: ServerConfig) -> FastAPI:
 
     app = FastAPI(title="microRAG", version=__version__, docs_url=None if on.closed_surface else "/docs", redoc_url=None,
                   description="Retrieval-augmented answers over your documents, with identity, labels and an audit trail.",
-                  lifespan=lifespan)
+                  lifespan=lifespan, **_NATIVE_TELEMETRY_OFF)
 
     # ------------------------------------------------------------ errors and limits
 
@@ -169,13 +178,20 @@ def create_app(cfg: ServerConfig) -> FastAPI:
         began = time.perf_counter()
         rid = request_id(request.headers.get(logs.HEADER))
         token = logs.REQUEST_ID.set(rid)  # the route's thread, the engine and the audit row see it
+        # The request's span (runtime/tracing.py), parent of the pipeline's steps: the route's
+        # template and the status, as the metrics have them; never the path or a header's value.
+        traced = server_span("microrag.request", request.headers, request_id=rid, **{"http.method": request.method})
         try:
-            response = await call_next(request)
-            seconds = time.perf_counter() - began
-            # By the route's template (/documents/{doc}), never the path: a caller cannot grow the series.
-            route = request.scope.get("route")
-            ctx.metrics.request(route.path if isinstance(route, Route | Mount) else "unmatched", request.method,
-                                response.status_code, seconds)
+            with traced:
+                response = await call_next(request)
+                seconds = time.perf_counter() - began
+                # By the route's template (/documents/{doc}), never the path: a caller cannot grow the series.
+                route = request.scope.get("route")
+                template = route.path if isinstance(route, Route | Mount) else "unmatched"
+                ctx.metrics.request(template, request.method, response.status_code, seconds)
+                traced.set(**{"http.route": template, "http.status_code": response.status_code})
+                if response.status_code >= 500:
+                    failed(traced, f"HTTP {response.status_code}")
             access.info("%s %s %d %.1f ms", request.method, request.url.path, response.status_code, seconds * 1000)
         finally:
             logs.REQUEST_ID.reset(token)

@@ -19,10 +19,11 @@ from fastapi import HTTPException
 
 from .. import guard
 from ..config import LLMConfig
-from ..engine import Answer, Engine, earlier_turns
+from ..engine import Answer, Engine, earlier_turns, refused_by
 from ..errors import LLMError, MicroRAGError
 from ..present import Ref, Shown, numbered
 from ..retrieve.conversation import Condensed
+from ..runtime.tracing import span
 from ..store.base import DocFilter
 from ..tools import FileTool
 from ..types import Hit, Retrieval, Turn
@@ -93,15 +94,6 @@ class Turned:
     held: list[str] = field(default_factory=list)
 
 
-def refused_by(ans: Answer) -> str:
-    """Who refused ``ans`` (a metrics label: a bounded set, never the reason's text)."""
-    if ans.retrieval.refused:
-        return "filter" if "filter" in ans.retrieval.reason else "gate"
-    if ans.reason.startswith("verification"):
-        return "verification"
-    return "model" if ans.mode == "llm" else "answerer"
-
-
 class Asking:
     """The policy steps of one question, shared by every front door of the server."""
 
@@ -125,14 +117,16 @@ class Asking:
         flags: list[str] = []
         suspicious: list[str] = []  # what the input guard found: the only thing block mode blocks on
         if on.structural_guards and cfg.input_guard != "off":
-            # Every message the model will read, the caller's "assistant" turns included: an
-            # injection planted in an earlier turn reaches the model as surely as the last one.
-            for i, turn in enumerate(turns):
-                if turn.role not in ("user", "assistant"):
-                    continue
-                verdict = guard.injection_check(turn.content)
-                where_said = "" if i == len(turns) - 1 else f" ({turn.role} message {i + 1} of {len(turns)})"
-                suspicious += [f"input: {r}{where_said}" for r in verdict.reasons] if verdict.suspicious else []
+            with span("microrag.guard", guard="input", mode=cfg.input_guard) as step:
+                # Every message the model will read, the caller's "assistant" turns included: an
+                # injection planted in an earlier turn reaches the model as surely as the last one.
+                for i, turn in enumerate(turns):
+                    if turn.role not in ("user", "assistant"):
+                        continue
+                    verdict = guard.injection_check(turn.content)
+                    where_said = "" if i == len(turns) - 1 else f" ({turn.role} message {i + 1} of {len(turns)})"
+                    suspicious += [f"input: {r}{where_said}" for r in verdict.reasons] if verdict.suspicious else []
+                step.set(findings=len(suspicious), blocked=bool(suspicious) and cfg.input_guard == "block")
         flags += suspicious
         if suspicious:
             self.ctx.metrics.found("input", {"injection": len(suspicious)})
@@ -225,8 +219,9 @@ class Asking:
         if not self.ctx.on.structural_guards:
             return naive_output(text), []
         if self.ctx.cfg.output_guard:
-            with self.ctx.metrics.step("guard"):
+            with self.ctx.metrics.step("guard"), span("microrag.guard", guard="output") as step:
                 redacted, found = guard.redact(text)
+                step.set(findings=len(found))
             if found:
                 self.ctx.metrics.found("output", guard.summary(found))
                 return redacted, found
