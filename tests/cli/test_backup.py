@@ -272,4 +272,4 @@ def test_a_failed_backup_leaves_no_destination(index, tmp_path, monkeypatch):
 def test_a_postgresql_index_points_to_pg_dump(tmp_path, command):
     proc = run_cli(*command, "--index", "postgresql://rag@db.invalid/rag?schema=handbook")
     one_line_error(proc, "pg_dump")
-    assert "README" in proc.stderr and not (ROOT / "bk").exists()
+    assert "docs/operating/backup.md" in proc.stderr and not (ROOT / "bk").exists()
