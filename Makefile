@@ -11,7 +11,7 @@ DEMO_STAMP := $(VENV)/.demo-installed
 TEST_STAMP := $(VENV)/.test-installed
 REQ := requirements
 
-.PHONY: demo test test-llm lint venv lock clean
+.PHONY: demo test test-llm lint docs venv lock clean
 
 venv: $(TEST_STAMP)
 
@@ -55,7 +55,7 @@ lint: $(TEST_STAMP)
 	$(BIN)/lint-imports
 	$(BIN)/mypy
 
-test: lint
+test: lint docs
 	bash scripts/install-postgres.sh
 	bash scripts/install-chromium.sh
 	bash scripts/vendor-web.sh
@@ -69,8 +69,13 @@ test-llm: $(TEST_STAMP)
 	PY=$(BIN)/python bash scripts/install-llama.sh
 	$(BIN)/python -m pytest -q -m llm
 
+# The documentation site (mkdocs.yml) into .site/; --strict fails on a broken link, anchor
+# or API reference (not --quiet: it hides the warnings --strict counts). Offline: nothing is fetched.
+docs: $(TEST_STAMP)
+	NO_MKDOCS_2_WARNING=1 $(BIN)/mkdocs build --strict
+
 lock:
 	bash scripts/lock.sh
 
 clean:
-	rm -rf $(VENV) .pytest_cache
+	rm -rf $(VENV) .pytest_cache .site

@@ -1,10 +1,10 @@
-"""Measure the shipped NLI verifier and print the table for the README.
+"""Measure the shipped NLI verifier and print the table for docs/asking/verification.md.
 
     .venv/bin/python benchmarks/verify_report.py                 # full sets (~10 min on 2 cores)
     .venv/bin/python benchmarks/verify_report.py --write         # also refresh benchmarks/expected/nli*.json
 
 Writes nothing unless ``--write``: then ``expected/nli.json`` (full figures,
-shown in the README) and ``expected/nli-sample.json`` (200-row samples, which
+shown in docs/asking/verification.md) and ``expected/nli-sample.json`` (200-row samples, which
 ``tests/training/test_evaluate_nli.py`` recomputes on every ``make test``).
 """
 

@@ -252,7 +252,9 @@ class Client:
         Args:
             query: the question.
             top_k: chunks to return (the server's setting when None).
-            where / exclude: document filters, FIELD -> glob (``{"path": "hr/*"}``).
+            where: document filter, FIELD -> glob (``{"path": "hr/*"}``).
+            exclude: documents to leave out, FIELD -> glob.
+
         Returns:
             ``{"hits": [Source...], "refused", "reason", "capped", "flags"}``.
         """

@@ -106,7 +106,7 @@ def connect(address: str) -> None:
             socket.create_connection((host.strip("[]"), int(port)), timeout=CONNECT_TIMEOUT).close()
         except OSError as exc:
             raise MicroRAGError(f"cannot reach a Ray cluster at {address} ({exc.strerror or exc}); start one with "
-                                "'ray start --head' (README, \"Ingest past one machine\")") from None
+                                "'ray start --head' (docs/operating/cluster.md)") from None
     try:
         ray.init(address=address, logging_level=logging.ERROR, log_to_driver=False)
     except Exception as exc:  # Ray raises ConnectionError, ValueError, RuntimeError... for the same thing

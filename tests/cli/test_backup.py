@@ -274,7 +274,7 @@ def test_a_failed_backup_leaves_no_destination(index, tmp_path, monkeypatch):
 def test_a_postgresql_index_points_to_pg_dump(tmp_path, command):
     proc = run_cli(*command, "--index", "postgresql://rag@db.invalid/rag?schema=handbook")
     one_line_error(proc, "pg_dump")
-    assert "README" in proc.stderr and not (ROOT / "bk").exists()
+    assert "docs/operating/backup.md" in proc.stderr and not (ROOT / "bk").exists()
 
 
 PG = os.environ.get("MICRORAG_TEST_PG", "")
@@ -284,7 +284,7 @@ PG_BIN = Path("/usr/lib/postgresql/15/bin")
 @pytest.mark.skipif(not PG, reason="set MICRORAG_TEST_PG (make test starts a server)")
 @pytest.mark.skipif(not (PG_BIN / "pg_dump").exists(), reason=f"no pg_dump at {PG_BIN} (scripts/install-postgres.sh)")
 def test_the_documented_pg_dump_steps_restore_a_postgresql_index_that_answers_the_same(tmp_path):
-    """The README's steps, run as written: pg_dump of the schema, the vector extension, pg_restore into
+    """The documented steps (docs/operating/backup.md), run as written: pg_dump of the schema, the vector extension, pg_restore into
     another database of the test server; the restored index passes check, answers the same, keeps its keys."""
     schema = f"bk_{os.getpid()}_{random.randrange(10**9)}"
     source = f"{PG}?schema={schema}"

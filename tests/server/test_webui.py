@@ -7,7 +7,7 @@ to the handbook. The page is checked at 360, 390, 768 and 1440 px, audited by ax
 (from web/node_modules, installed from the npm registry by scripts/vendor-web.sh), and
 driven by keyboard only.
 
-Screenshots are written to docs/ (shown in the README), or to $MICRORAG_SCREENSHOTS.
+Screenshots are written to docs/ (shown in docs/asking/web-ui.md), or to $MICRORAG_SCREENSHOTS.
 """
 
 from __future__ import annotations

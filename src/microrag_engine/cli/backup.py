@@ -5,7 +5,7 @@ queue and audit trail) with SQLite's online backup API while a server may be wri
 a manifest with each file's checksum; derived caches are left out and rebuilt on first open.
 ``restore`` checks a backup (checksums, ``PRAGMA integrity_check``, the store's counts) and
 installs it by rename; it replaces an existing index only with ``--force``, keeping the old one
-beside it. The logic is ``store/backup.py``; a PostgreSQL index is pg_dump's (README).
+beside it. The logic is ``store/backup.py``; a PostgreSQL index is pg_dump's (docs/operating/backup.md).
 """
 
 from __future__ import annotations

@@ -97,7 +97,8 @@ def add_fusion(g: argparse._ActionsContainer) -> None:
 def add_conversation(p: argparse.ArgumentParser) -> None:
     p.add_argument("--condense", choices=CONDENSERS,
                    help="how a follow-up's retrieval query is made: lexical (default: the turns it continues are put "
-                        "before it), llm (the model at LLM_BASE_URL rewrites it; measure it first: README), off (last message only)")
+                        "before it), llm (the model at LLM_BASE_URL rewrites it; measure it first: "
+                        "docs/asking/follow-ups.md), off (last message only)")
 
 
 def add_retrieval(p: argparse.ArgumentParser, labels: bool = True) -> None:

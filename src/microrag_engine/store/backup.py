@@ -39,7 +39,7 @@ COMPANIONS = ("-wal", "-shm", "-journal")
 # Caches derived from the store (store/sqlite.py ``cache_path``), with their temp/old variants.
 DERIVED = re.compile(r"^(?:[^.]+\.)?(?:derived|hnsw)-\d+")
 PG_STEPS = ("a PostgreSQL index is backed up with pg_dump and restored with pg_restore, not with microrag: "
-            "see README.md, 'Backup and restore'")
+            "see docs/operating/backup.md")
 
 
 @dataclass
