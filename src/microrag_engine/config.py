@@ -234,6 +234,11 @@ def llm_environment() -> dict[str, str]:
     return {k: v for k, v in os.environ.items() if k.startswith("LLM_")}
 
 
+def otel_environment() -> dict[str, str]:
+    """The standard OpenTelemetry variables (``OTEL_*``), for ``serve --trace``'s exporters."""
+    return {k: v for k, v in os.environ.items() if k.startswith("OTEL_")}
+
+
 def single_threaded_blas() -> None:
     """Keep OpenBLAS to one thread unless the user chose otherwise: a one-shot command multiplies
     a handful of vectors, and OpenBLAS's idle threads spun ~0.14 s of CPU per ``retrieve`` (#34).

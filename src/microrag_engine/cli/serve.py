@@ -14,7 +14,7 @@ import logging.config
 from pathlib import Path
 from typing import Any
 
-from ..config import LLMConfig, override
+from ..config import LLMConfig, otel_environment, override
 from ..errors import MicroRAGError
 from ..ingest import ingest_paths
 from ..runtime import tracing
@@ -146,7 +146,7 @@ def cmd_serve(args: argparse.Namespace) -> int:
     elif not loopback and not args.quiet:
         diag(f"warning: listening on {args.host}: put TLS and a firewall in front of it")
     if args.trace:  # before the index opens: its first ingest is traced too
-        where = tracing.setup()
+        where = tracing.setup(otel_environment())
         if not args.quiet:
             diag(f"tracing: spans to {where} (no question or document text is recorded)")
     cfg = server_config(args, profile, allowed_hosts=_allowed_hosts(args))

@@ -20,7 +20,6 @@ OpenTelemetry (metrics are Prometheus's, ``server/metrics.py``).
 from __future__ import annotations
 
 import importlib
-import os
 from collections.abc import Mapping
 from typing import Any
 
@@ -153,15 +152,15 @@ _OTLP = {"grpc": ("opentelemetry.exporter.otlp.proto.grpc.trace_exporter", "open
          "http/protobuf": ("opentelemetry.exporter.otlp.proto.http.trace_exporter", "opentelemetry-exporter-otlp-proto-http")}
 
 
-def setup(environ: Mapping[str, str] | None = None) -> str:
+def setup(env: Mapping[str, str]) -> str:
     """An SDK tracer provider for this library's spans (:func:`use`), its exporters from the
     standard variables: ``OTEL_TRACES_EXPORTER`` (``console``, ``otlp``, ``none``, comma-separated;
     unset: ``otlp`` when ``OTEL_EXPORTER_OTLP_ENDPOINT`` or ``..._TRACES_ENDPOINT`` is set, else
     ``console``), ``OTEL_EXPORTER_OTLP_[TRACES_]PROTOCOL`` (``http/protobuf``, the default, or
     ``grpc``); the SDK and exporters read the rest (endpoint, headers, ``OTEL_SERVICE_NAME``,
     ``OTEL_TRACES_SAMPLER``). Returns where spans go, in words. Raises ``MicroRAGError``, one
-    line naming the package, when the SDK or an exporter is not installed."""
-    env = os.environ if environ is None else environ
+    line naming the package, when the SDK or an exporter is not installed. ``env``: the
+    ``OTEL_*`` variables (``config.otel_environment()``; config is the one environment reader)."""
     try:
         from opentelemetry.sdk.resources import Resource
         from opentelemetry.sdk.trace import TracerProvider
