@@ -7,7 +7,7 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from microrag_engine.present import NOT_RETRIEVED, Numberer, Ref, Shown, numbered, section_of
+from microrag_engine.present import NOT_RETRIEVED, Numberer, Ref, Shown, numbered, printable, section_of
 
 markdown_it = pytest.importorskip("markdown_it", reason="markdown-it-py (dev extra) renders the CommonMark")
 
@@ -73,7 +73,7 @@ HOSTILE = st.lists(st.sampled_from([*"![]()<>`*_#-+=|~&\\:/.1 \nahttpsx", "http:
 
 
 @settings(max_examples=300, deadline=None)
-@given(title=HOSTILE, heading=HOSTILE, doc=HOSTILE.filter(lambda d: d.strip() and "]" not in d and "\n" not in d))
+@given(title=HOSTILE, heading=HOSTILE, doc=HOSTILE.filter(lambda d: d.strip() and "\n" not in d))
 def test_a_documents_title_heading_or_name_never_becomes_a_link_an_image_or_html(title, heading, doc):
     """Titles, headings and names are written by whoever wrote the document: in a chat UI an
     image is a beacon and a link a lure, so each entry must stay text."""
@@ -90,3 +90,37 @@ def test_section_is_the_first_heading_other_than_the_title():
     assert section_of("# Guide\n\n## 2.1. Checkpointing ##\ntext", "Guide") == "2.1. Checkpointing"
     assert section_of("no heading at all") == ""
     assert section_of("# Guide\ntext", "Guide") == ""
+
+
+def test_section_skips_a_comment_in_a_code_fence():
+    text = "```bash\n# install the tools first\npip install x\n```\n\n## Installing\ntext"
+    assert section_of(text) == "Installing"
+    assert section_of("~~~\n# only a comment\n~~~\n") == ""
+
+
+def test_a_name_holding_brackets_or_the_tag_separator_is_matched_exactly():
+    odd = Ref("notes [draft] · v2].md", 4, 0, "Draft", "text")
+    shown = numbered("Said. [source: notes [draft] · v2].md · chunk 4] And [source: it/vpn.md · chunk 2].", [odd, VPN])
+    # VPN is paged (p. 3): a model that drops the page still cites it.
+    assert shown.text == "Said. [1] And [2]." and shown.cited == [odd, VPN]
+
+
+NAMES = st.lists(st.sampled_from([*"[]·: ab/.", " · chunk 1]", "[source: ", "]"]), min_size=1, max_size=12).map("".join)
+
+
+@settings(max_examples=300, deadline=None)
+@given(names=st.lists(NAMES.filter(lambda d: d.strip()), min_size=1, max_size=3, unique=True),
+       cuts=st.lists(st.integers(0, 400), max_size=10))
+def test_a_stream_of_hostile_names_numbers_as_the_whole_text_does(names, cuts):
+    refs = [Ref(d, i, i % 2, f"T{i}") for i, d in enumerate(names)]
+    text = " then ".join(f"fact {i} [source: {d} · chunk {i}{' · p. 1' if i % 2 else ''}]" for i, d in enumerate(names))
+    whole = numbered(text, refs)
+    n = Numberer(refs)
+    edges = [0, *sorted(c for c in cuts if c <= len(text)), len(text)]
+    assert "".join(n.feed(text[a:b]) for a, b in zip(edges, edges[1:])) + n.flush() == whole.text
+    assert n.cited == whole.cited
+
+
+def test_printable_drops_c0_and_c1_controls_and_keeps_lines():
+    hostile = "a\x1b]0;owned\x07b\x9b2Jc\x7fd\tE\nF\x00"
+    assert printable(hostile) == "a]0;ownedb2Jcd\tE\nF"

@@ -40,15 +40,42 @@ class Ref:
     def of(cls, hit: Hit, title: str = "") -> Ref:
         return cls(hit.chunk.doc, hit.chunk.index, hit.chunk.page, title, hit.chunk.text)
 
-# The prompt's tag, and a page for paged sources: "[source: a/b.md · chunk 3 · p. 2]".
-_TAG = rx.compile(r"\[source: ([^\]\n]{1,500}?) · chunk (\d{1,7})(?: · p\. \d{1,7})?\]")
+    @classmethod
+    def of_row(cls, row: dict) -> Ref:
+        """A server's wire row (``sources``/``context`` of ``/query`` and ``/v1``'s ``microrag`` field)."""
+        return cls(str(row.get("doc", "")), int(row.get("chunk", 0)), int(row.get("page") or 0),
+                   str(row.get("title", "")), str(row.get("text", "")))
+
+# The prompt's tag, and a page for paged sources: "[source: a/b.md · chunk 3 · p. 2]". Read
+# by pattern only where the passages are not known yet; otherwise each passage's own tag is
+# looked for as written, so a name holding "]" or " · " still matches exactly.
+_TAG = rx.compile(r"\[source: ([^\]\n]{1,500}?) · chunk (\d{1,7})(?: · p\. (\d{1,7}))?\]")
+_OPEN = "[source: "
+_END = rx.compile(r" · chunk \d{1,7}(?: · p\. \d{1,7})?\]")
 _MAX_TAG = 540  # a "[" that has not closed within this many characters is not a tag
 # Every ASCII punctuation character, which CommonMark lets one backslash-escape.
 _ESCAPES = str.maketrans({c: "\\" + c for c in "!\"#$%&'()*+,-./:;<=>?@[\\]^_`{|}~"})
-_HEADING = rx.compile(r"(?m)^#{1,6}[ \t]+(\S[^\n]*)$")
+_HEADING = rx.compile(r"^#{1,6}[ \t]+(\S.*)$")
+_FENCE = ("```", "~~~")
 _CLOSING = rx.compile(r"[ \t]+#+[ \t]*$")
 _TICKS = rx.compile(r"`+")
 NOT_RETRIEVED = "(not among the passages retrieved)"
+
+
+def tags_of(ref: Ref) -> list[str]:
+    """The tags that cite ``ref``: as the prompt wrote it, and without its page (a model may drop it)."""
+    tags = [f"[source: {citation_of(ref.doc, ref.chunk, ref.page)}]"]
+    return tags + [f"[source: {citation_of(ref.doc, ref.chunk)}]"] if ref.page else tags
+
+
+# C0 and C1 control characters other than newline and tab: a document (the loaders keep ESC)
+# or a model could otherwise send terminal escape sequences (retitle, rewrite the screen, links).
+_CONTROL = str.maketrans(dict.fromkeys([*range(0x00, 0x09), *range(0x0B, 0x20), *range(0x7F, 0xA0)]))
+
+
+def printable(text: str) -> str:
+    """``text`` as a terminal may show it: without control characters."""
+    return text.translate(_CONTROL)
 
 
 def escape(text: str) -> str:
@@ -58,8 +85,16 @@ def escape(text: str) -> str:
 
 def section_of(text: str, title: str = "") -> str:
     """The first heading in a chunk other than its document's title ("" when it has none):
-    what a reader looks for on the page."""
-    for m in _HEADING.finditer(text[:2000]):
+    what a reader looks for on the page. A "# ..." line inside a code fence is a comment
+    (a shell's, Python's), not a heading."""
+    fenced = False
+    for line in text[:2000].splitlines():
+        if line.lstrip().startswith(_FENCE):
+            fenced = not fenced
+            continue
+        m = None if fenced else _HEADING.search(line)
+        if m is None:
+            continue
         # "2.1. Checkpointing" reads as such; a trailing "#" run is closing syntax, not words.
         heading = _CLOSING.sub("", m.group(1)).strip()[:120]
         if heading and heading != title:
@@ -77,36 +112,73 @@ class Numberer:
     passages: Sequence[Ref] | None
     cited: list[Ref] = field(default_factory=list)
     _held: str = ""
+    _numbers: dict[tuple[str, int], int] = field(default_factory=dict)
+    _tags: dict[str, Ref] = field(default_factory=dict)
+    _prefixes: set[str] = field(default_factory=set)  # every beginning of a known tag short of the whole
+    _longest: int = 0
+
+    def __post_init__(self) -> None:
+        for ref in self.passages or ():
+            for tag in tags_of(ref):
+                self._tags.setdefault(tag, ref)
+                self._prefixes.update(tag[:k] for k in range(1, len(tag)))
+        self._longest = max(map(len, self._tags), default=0)
 
     def feed(self, piece: str) -> str:
         text = self._held + piece
-        cut = text.rfind("[")
-        # Hold back an unfinished tag (a "[" with no "]" after it yet), briefly.
-        if cut != -1 and "]" not in text[cut:] and len(text) - cut < _MAX_TAG:
-            text, self._held = text[:cut], text[cut:]
-        else:
-            self._held = ""
+        cut = self._unfinished(text)
+        text, self._held = (text[:cut], text[cut:]) if cut != -1 else (text, "")
         return self._number(text)
 
     def flush(self) -> str:
         text, self._held = self._held, ""
         return self._number(text)
 
-    def _number(self, text: str) -> str:
-        return _TAG.sub(self._one, text)
+    def _unfinished(self, text: str) -> int:
+        """Where a tag that may still be completing begins at the end of ``text`` (-1: none),
+        held back until it completes or cannot."""
+        if self.passages is not None:  # the earliest tail that is the beginning of a known tag
+            i = text.find("[", max(0, len(text) - self._longest))
+            while i != -1 and text[i:] not in self._prefixes:
+                i = text.find("[", i + 1)
+            return i
+        # Not known yet: the last "[source: " not closed by a tag's end, or a tail that could begin one ("[sou").
+        cut = text.rfind(_OPEN, max(0, len(text) - _MAX_TAG))
+        if cut != -1 and "\n" not in text[cut:] and _END.search(text[cut:]) is None:
+            return cut
+        return next((len(text) - k for k in range(min(len(_OPEN), len(text)), 0, -1) if text.endswith(_OPEN[:k])), -1)
 
-    def _one(self, m) -> str:  # an RE2 match
-        doc, index = m.group(1), int(m.group(2))
+    def _number(self, text: str) -> str:
         if self.passages is None:
-            page = m.group(0).rpartition(" · p. ")[2].rstrip("]")
-            ref: Ref | None = Ref(doc, index, int(page) if page.isdigit() else 0)
-        else:
-            ref = next((r for r in self.passages if r.doc == doc and r.chunk == index), None)
-        if ref is None:
-            return m.group(0)
-        if ref not in self.cited:
+            return _TAG.sub(self._one, text)
+        # Each known tag where it stands, leftmost first (the longer at one place): one
+        # pass of str.find per tag, so the time is linear in the text for a fixed context.
+        spots = sorted((i, -len(tag), ref) for tag, ref in self._tags.items() for i in _finds(text, tag))
+        out, pos = [], 0
+        for i, minus, ref in spots:
+            if i >= pos:
+                out += [text[pos:i], self._mark(ref)]
+                pos = i - minus
+        return "".join(out) + text[pos:]
+
+    def _one(self, m) -> str:  # an RE2 match, passages unknown
+        page = m.group(3)
+        return self._mark(Ref(m.group(1), int(m.group(2)), int(page) if page else 0))
+
+    def _mark(self, ref: Ref) -> str:
+        key = (ref.doc, ref.chunk)
+        if key not in self._numbers:
             self.cited.append(ref)
-        return f"[{self.cited.index(ref) + 1}]"
+            self._numbers[key] = len(self.cited)
+        return f"[{self._numbers[key]}]"
+
+
+def _finds(text: str, needle: str) -> list[int]:
+    out, i = [], text.find(needle)
+    while i != -1:
+        out.append(i)
+        i = text.find(needle, i + len(needle))
+    return out
 
 
 @dataclass(frozen=True)

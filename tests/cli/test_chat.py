@@ -40,7 +40,8 @@ def _say(child: pexpect.spawn, line: str) -> str:
 
 
 def _sources(printed: str) -> list[str]:
-    return [line for line in printed.splitlines() if re.match(r"\d+\. \[\d\.\d{3} kw=", line)]
+    """The /sources rows: each retrieved chunk, its citation number when the answer cites it."""
+    return [line for line in printed.splitlines() if re.match(r"(\[\d+\]|   ) \[\d\.\d{3} kw=", line)]
 
 
 @needs_models
@@ -50,7 +51,9 @@ def test_a_local_chat_keeps_the_conversation():
         child.expect_exact(PROMPT)
         assert "extractive answerer" in _plain(child.before) and "/help" in child.before
         first = _say(child, "how many vacation days do I get?")
-        assert f"[source: {LEAVE} · chunk" in first and "20 paid vacation days" in first
+        # citations numbered as they stream in, the cited sources listed under the answer
+        assert "[1]" in first and "[source:" not in first and "20 paid vacation days" in first
+        assert re.search(rf"^  1\. .*{re.escape(LEAVE)} · chunk \d+$", first, re.M), first
         assert "retrieval query" not in first  # a first question stands alone
         follow = _say(child, "and can I carry them over?")
         assert "carry over up to 5 unused vacation days" in follow
@@ -58,6 +61,7 @@ def test_a_local_chat_keeps_the_conversation():
         assert 'retrieval query (history) = "how many vacation days do I get? and can I carry them over?"' in follow
         listed = _sources(_say(child, "/sources"))
         assert listed and listed[0].endswith(f"] {LEAVE} · chunk 0")  # citation `doc · chunk k` with its scores
+        assert [row for row in listed if row.startswith("[1] ")]  # what the answer's [1] stands for
         checked = _say(child, "/verify")
         assert re.search(r"Verification: (\d+)/\1 sentences supported", checked) and "✓ supported" in checked
         assert "forgotten" in _say(child, "/reset")
@@ -81,7 +85,8 @@ def test_a_chat_with_a_server_streams_and_keeps_the_conversation(tmp_path):
         child.expect_exact(PROMPT)
         assert f"chatting with {srv.url} as rita" in _plain(child.before)
         first = _say(child, "How many vacation days do employees get?")
-        assert "20 vacation days" in first and "[source: leave.md · chunk 0]" in first and "Sources:" not in first
+        assert "20 vacation days" in first and "[1]" in first and "[source:" not in first
+        assert "  1. Leave — leave.md · chunk 0" in first and "Sources:" not in first  # the terminal's own list
         follow = _say(child, "and can they carry them over?")
         assert "carry over" in follow and "retrieval query" in follow
         listed = _sources(_say(child, "/sources"))
@@ -145,8 +150,9 @@ def test_sources_list_citations_with_pages_and_scores(capsys):
     lines = iter(["how tight?", "/sources", "/quit"])
     session.run(lambda prompt: next(lines))
     out = capsys.readouterr().out
-    assert "1. [0.910 kw=0.80 em=0.95] manual.pdf · chunk 3 · p. 7\n  Torque the bolts to 40 Nm." in out
-    assert "(1 source: /sources" in out
+    assert "Use 40 Nm. [1]\n" in out and "  1. manual.pdf · chunk 3 · p. 7\n" in out
+    assert "[1] [0.910 kw=0.80 em=0.95] manual.pdf · chunk 3 · p. 7\n  Torque the bolts to 40 Nm." in out
+    assert "(1 source retrieved: /sources" in out
 
 
 def test_a_long_remote_chat_sends_its_recent_end():
@@ -164,3 +170,14 @@ def test_a_long_remote_chat_sends_its_recent_end():
     assert reply.text == "ok" and len(client.sent) == SENT_MESSAGES and client.sent[-1] == Turn("user", "last?")
     assert max(len(t.content) for t in client.sent) == SENT_CHARS  # the server's limits, kept
     assert client.knobs == {"top_k": 3, "citations": False}  # the terminal lists sources itself
+
+
+def test_an_answer_and_its_sources_reach_the_terminal_without_control_sequences(capsys):
+    from microrag_engine.types import Chunk
+
+    hit = Hit(Chunk("x\x1b[2J.md#0", "x\x1b[2J.md", 0, 0, 10, "# T\x1b]0;owned\x07\n\nbody"), 0.9, 0.8, 0.9, 3.0, 0.7)
+    reply = Reply("Clear \x1b[2Jthe screen\x9b. [source: x\x1b[2J.md · chunk 0]", [hit], refused=False)
+    lines = iter(["q?", "/sources", "/quit"])
+    Session(_Scripted(reply)).run(lambda prompt: next(lines))
+    out = capsys.readouterr().out
+    assert "Clear [2Jthe screen. [1]" in out and not [c for c in out if ord(c) < 32 and c not in "\n\t" or 0x7F <= ord(c) < 0xA0]

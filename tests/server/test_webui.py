@@ -428,6 +428,20 @@ def test_answer_markdown_renders_sanitised_with_citations(llm_ui):
 
 
 @needs_models
+def test_a_citation_with_a_page_links_to_its_chunk(llm_ui):
+    """A paged source's tag ends " · p. N" (PDF, office files): still a numbered link, not raw text."""
+    srv, w, model = llm_ui
+    page = w.page
+    model.script(sse(delta(content="Employees get 20 days a year [source: leave.md · chunk 0 · p. 2].")))
+    page.goto(srv.url + "/")
+    ask(page, "How many vacation days do employees get?")
+    answer = last_turn(page).locator(".answer")
+    assert answer.locator("a.cite").all_inner_texts() == ["[1]"]
+    assert "[source:" not in answer.inner_text() and "p. 2" not in answer.inner_text()
+    w.clean()
+
+
+@needs_models
 def test_hostile_document_stays_text_in_answer_and_sources(ui):
     srv, w, page = opened(ui)
     ask(page, "What is on the cafeteria lunch menu?")

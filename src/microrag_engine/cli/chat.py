@@ -13,7 +13,6 @@ It does not save the conversation or the input history anywhere.
 from __future__ import annotations
 
 import argparse
-import re
 import sys
 from collections.abc import Callable
 from dataclasses import dataclass
@@ -24,6 +23,7 @@ from ..config import LLMConfig
 from ..engine import Answer, Engine
 from ..errors import MicroRAGError
 from ..generate import is_refusal
+from ..present import Numberer, Ref, Shown, printable
 from ..store.base import DocFilter
 from ..types import Hit, Turn
 from .options import (
@@ -79,6 +79,7 @@ class Reply:
     refused: bool
     searched: str | None = None  # the retrieval query's note when a follow-up was rewritten
     verification: dict[str, Any] | None = None  # Verification.to_dict(), when it came with the answer
+    passages: list[Ref] | None = None  # what it may cite, with titles (None: the sources, untitled)
 
 
 class Backend:
@@ -109,7 +110,8 @@ class LocalChat(Backend):
         self.last = ans
         said = ans.condensed
         return Reply(ans.text, ans.retrieval.hits, ans.refused,
-                     searched=said.note() if said is not None and said.how != "alone" else None)
+                     searched=said.note() if said is not None and said.how != "alone" else None,
+                     passages=[Ref.of(h, self.engine.title(h.chunk.doc)) for h in ans.retrieval.passages])
 
     def verify(self, turns: list[Turn], last: Reply) -> dict[str, Any]:
         if self.last is None:
@@ -143,8 +145,9 @@ class RemoteChat(Backend):
                 ext = chunk.microrag
         # The server flags the retrieval query it made of a follow-up (Condensed.note()).
         searched = next((f for f in ext.get("flags", []) if f.startswith("conversation: retrieval query")), None)
+        rows = [*ext.get("sources", []), *ext.get("context", [])]
         return Reply(text, [to_hit(s) for s in ext.get("sources", [])], bool(ext.get("refused")), searched,
-                     ext.get("verification"))
+                     ext.get("verification"), [Ref.of_row(s) for s in rows])
 
     def verify(self, turns: list[Turn], last: Reply) -> dict[str, Any]:
         if last.verification is not None:  # the server verified as it answered (its default)
@@ -168,20 +171,6 @@ def _dim(text: str) -> str:
     return f"\x1b[2m{text}\x1b[0m" if sys.stdout.isatty() else text
 
 
-# Control characters other than newline and tab: a document (the loaders keep ESC) or a
-# model could otherwise send terminal escape sequences (retitle, rewrite the screen, links).
-_CONTROL = re.compile("[\x00-\x08\x0b-\x1f\x7f-\x9f]")
-
-
-def printable(text: str) -> str:
-    """``text`` without terminal control characters."""
-    return _CONTROL.sub("", text)
-
-
-def _piece(text: str) -> None:
-    print(printable(text), end="", flush=True)
-
-
 class Session:
     """The conversation so far and the last reply; reads commands and questions."""
 
@@ -189,11 +178,14 @@ class Session:
         self.backend = backend
         self.turns: list[Turn] = []
         self.last: Reply | None = None
+        self.cited: list[Ref] = []  # what the last answer's [1], [2] ... stand for
 
     def ask(self, question: str) -> None:
         asked = [*self.turns, Turn("user", question)]
+        # Citations numbered as the answer arrives ([1], [2], ...), the cited sources listed after it.
+        numberer = Numberer(None)
         try:
-            reply = self.backend.answer(asked, _piece)
+            reply = self.backend.answer(asked, lambda piece: print(printable(numberer.feed(piece)), end="", flush=True))
         except KeyboardInterrupt:  # Ctrl-C stops this answer, not the chat; the question is forgotten
             print("\n" + _dim("(interrupted)"))
             return
@@ -201,15 +193,21 @@ class Session:
             print(flush=True)
             print(f"microrag: error: {exc}", file=sys.stderr, flush=True)
             return
+        print(printable(numberer.flush()), end="")
         if not reply.text.endswith("\n"):
             print()
+        # The model reads its earlier turns as written (tags, not numbers): what it was prompted with.
+        self.turns = [*asked, Turn("assistant", reply.text)]
+        self.last, self.cited = reply, [] if reply.refused else numberer.cited
         if reply.searched:
             print(_dim(f"  {printable(reply.searched)}"))
+        if self.cited:
+            known = reply.passages if reply.passages is not None else [Ref.of(h) for h in reply.sources]
+            listed = Shown("", self.cited).among(known).sources(markdown=False)
+            print(_dim(printable(listed.partition("\n")[2])))
         if reply.sources and not reply.refused:
             n = len(reply.sources)
-            print(_dim(f"  ({n} source{'s' if n != 1 else ''}: /sources; check the answer: /verify)"))
-        self.turns = [*asked, Turn("assistant", reply.text)]
-        self.last = reply
+            print(_dim(f"  ({n} source{'s' if n != 1 else ''} retrieved: /sources; check the answer: /verify)"))
 
     def command(self, line: str) -> bool:
         """Run a /command; False when the chat should end."""
@@ -219,7 +217,7 @@ class Session:
         if name == "/help":
             print(HELP)
         elif name == "/reset":
-            self.turns, self.last = [], None
+            self.turns, self.last, self.cited = [], None, []
             print(_dim("(the conversation is forgotten; ask anything)"))
         elif name == "/sources":
             self._sources()
@@ -235,8 +233,10 @@ class Session:
         elif not self.last.sources:
             print("the last answer has no sources" + (" (the documents do not cover it)" if self.last.refused else ""))
         else:
-            for i, hit in enumerate(self.last.sources, 1):
-                print(f"{i}. {printable(format_hit(hit))}")
+            numbers = {(r.doc, r.chunk): n for n, r in enumerate(self.cited, 1)}
+            for hit in self.last.sources:
+                n = numbers.get((hit.chunk.doc, hit.chunk.index))
+                print(f"{f'[{n}]' if n else '   '} {printable(format_hit(hit))}")
 
     def _verify(self) -> None:
         last = self.last

@@ -17,7 +17,7 @@ from typing import TYPE_CHECKING, TextIO
 from ..config import LLMConfig
 from ..errors import MicroRAGError
 from ..generate import is_refusal
-from ..present import Numberer, Ref, Shown
+from ..present import Numberer, Ref, Shown, printable
 from ..types import Hit, Retrieval
 from ..verify import SentenceVerdict
 from .options import (
@@ -98,7 +98,7 @@ def print_cited(shown: Shown, out: TextIO) -> None:
     """The sources an answer cites, by number, under ``ask`` (``--json`` has every hit and its scores)."""
     listed = shown.sources(markdown=False)
     if listed:
-        print("\n" + listed, file=out)
+        print("\n" + printable(listed), file=out)
 
 
 def rank_line(r: Retrieval) -> str:
@@ -164,7 +164,7 @@ def cmd_ask(args: argparse.Namespace) -> int:
     rewrites = args.verify and engine.settings.verify_policy != "flag"
     # Citations numbered as the answer arrives ([1], [2], ...), listed after it.
     numberer = Numberer(None)
-    stream_out = None if args.json or rewrites else (lambda piece: print(numberer.feed(piece), end="", flush=True))
+    stream_out = None if args.json or rewrites else (lambda piece: print(printable(numberer.feed(piece)), end="", flush=True))
     if args.verify and not args.quiet:
         diag(f"verifying each sentence with NLI model '{engine.settings.nli}' (policy {engine.settings.verify_policy})")
     ans = engine.ask(args.query, llm=llm, on_piece=stream_out, labels=labels_of(args), verify=args.verify,
@@ -181,8 +181,8 @@ def cmd_ask(args: argparse.Namespace) -> int:
         print()
         return 0
     if rewrites:
-        print(numberer.feed(ans.text), end="")
-    print(numberer.flush())
+        print(printable(numberer.feed(ans.text)), end="")
+    print(printable(numberer.flush()))
     if ans.verification:
         print("\nVerification: " + ans.verification.summary())
         for v in ans.verification.sentences:
@@ -216,14 +216,13 @@ def _ask_remote(args: argparse.Namespace, client: Client) -> int:
     text, refs, done, numberer = "", [], None, Numberer(None)
     for event in client.stream(args.query, top_k=args.top_k, where=where, exclude=exclude, verify=verify):
         if isinstance(event, Sources):
-            refs = [Ref(str(s.get("doc", "")), int(s.get("chunk", 0)), int(s.get("page") or 0), str(s.get("title", "")),
-                        str(s.get("text", ""))) for s in [*event.sources, *event.context]]
+            refs = [Ref.of_row(s) for s in [*event.sources, *event.context]]
         elif isinstance(event, Delta):
             text += event.text
-            print(numberer.feed(event.text), end="", flush=True)
+            print(printable(numberer.feed(event.text)), end="", flush=True)
         elif isinstance(event, Done):
             done = event
-    print(numberer.flush())
+    print(printable(numberer.flush()))
     flags = done.flags if done else []
     unavailable = [f for f in flags if f.startswith("verify: unavailable")]
     if args.verify and unavailable:

@@ -211,7 +211,7 @@ class Asking:
         r = turned.retrieval
         pairs = [*zip(r.hits, turned.sources), *zip(r.context or [], turned.context)]
         wire = {(h.chunk.doc, h.chunk.index): Ref(s["doc"], s["chunk"], s["page"], s["title"], s["text"]) for h, s in pairs}
-        shown = numbered(raw, [Ref(doc, index) for doc, index in wire])
+        shown = numbered(raw, [Ref(h.chunk.doc, h.chunk.index, h.chunk.page) for h, _ in pairs])
         return Shown(self._guard_text(shown.text)[0], [wire[(c.doc, c.chunk)] for c in shown.cited])
 
     def _guard_text(self, text: str) -> tuple[str, list[guard.Finding]]:

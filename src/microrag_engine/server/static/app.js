@@ -65,7 +65,7 @@ const PURIFY = {
   ALLOWED_URI_REGEXP: /^(?:https?:|mailto:)/i, // no javascript:, data:, relative paths to this server
   RETURN_DOM_FRAGMENT: true,
 };
-const CITE = /\[source: (.+?) · chunk (\d+)\]/g;
+const CITE = /\[source: (.+?) · chunk (\d+)(?: · p\. \d+)?\]/g; // a paged source adds " · p. N"
 const MARK = /\uE000(\d+)\uE001/g; // a citation's place, private-use characters no answer keeps
 const LOOKS_CITED = /chunk\s*\d|#\d+\s*\]?\s*$/i; // link text dressed as a citation
 
@@ -302,7 +302,8 @@ function renderVerification(box, v, t) {
                       : el("span", { class: "said" }, markdown(s.sentence, { inline: true, cite: citeLink(t) }));
     const row = el("li", { class: "verdict " + cls }, el("span", { class: "badge", text: `${label} ${s.probability.toFixed(2)}` }), said);
     // the chunk that decided it, unless the sentence already cites that very chunk
-    if (s.chunk && !s.sentence.includes(`[source: ${citeLabel(s.chunk).slice(1, -1)}]`)) {
+    const tag = `[source: ${citeLabel(s.chunk || "#").slice(1, -1)}`;
+    if (s.chunk && !s.sentence.includes(`${tag}]`) && !s.sentence.includes(`${tag} · p. `)) {
       row.append(el("span", { class: "meta", text: " checked against " }), citeLink(t)(s.chunk));
     }
     box.append(row);
