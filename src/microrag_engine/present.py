@@ -18,8 +18,9 @@ written: they are the verifier's to flag, not ours to hide.
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field, replace
+from typing import Any
 
 from . import rx
 from .augment import citation_of
@@ -41,7 +42,7 @@ class Ref:
         return cls(hit.chunk.doc, hit.chunk.index, hit.chunk.page, title, hit.chunk.text)
 
     @classmethod
-    def of_row(cls, row: dict) -> Ref:
+    def of_row(cls, row: Mapping[str, Any]) -> Ref:
         """A server's wire row (``sources``/``context`` of ``/query`` and ``/v1``'s ``microrag`` field)."""
         return cls(str(row.get("doc", "")), int(row.get("chunk", 0)), int(row.get("page") or 0),
                    str(row.get("title", "")), str(row.get("text", "")))
