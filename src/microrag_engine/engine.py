@@ -33,7 +33,7 @@ from .index.ann import HNSW, faiss_available
 from .index.embed import Embedder, make_embedder
 from .index.keyword import BM25Scorer, KeywordScorer, make_keyword
 from .index.saved import ChunkTable, SavedRecords, interleave, open_saved, save
-from .ingest import check_compatible, embedder_drift, guarded, title_of
+from .ingest import check_compatible, dlp_named, embedder_drift, guarded, title_of
 from .load import SUPPORTED, load_documents
 from .retrieve import rank_candidates, retrieve
 from .retrieve.cap import long_doc_penalty
@@ -726,10 +726,12 @@ def _with_title(doc: Document) -> tuple[tuple[str, str], ...]:
 
 def _guarded(docs: list[Document], settings: Settings) -> list[Document]:
     """The documents as ``microrag ingest`` would store them (one DLP policy for every front end)."""
-    out, found = [], 0
+    out, found, taken = [], 0, set[str]()
     for doc in docs:
-        kept, _, counts = guarded(doc, settings)  # in memory every chunk is public: "label" mode only reports
-        found += bool(counts)
+        named = dlp_named(doc, settings, {}, taken)  # a name goes through DLP as the text does (#33)
+        taken.add(named.path)
+        kept, _, counts = guarded(named, settings)  # in memory every chunk is public: "label" mode only reports
+        found += bool(counts) or named is not doc
         out.append(kept)
     if found:
         log.warning("DLP (%s) changed %d of %d document(s); 'microrag ingest' names them", settings.dlp, found, len(docs))

@@ -193,6 +193,7 @@ def guarded(doc: Document, settings: Settings, visible: bool = True) -> tuple[Do
 
 
 STORE_FORM = "visible-1"  # bump when store_form changes what is stored
+NAME_FORM = "names-dlp-1"  # bump when redacted_name changes an id: every file is read once more
 
 
 def store_form(doc: Document) -> Document:
@@ -205,6 +206,43 @@ def store_form(doc: Document) -> Document:
         return doc  # nothing to change (the common case)
     pre = tuple(replace(c, text=guard.visible(c.text), end=c.start + len(guard.visible(c.text))) for c in doc.prechunked)
     return replace(doc, text=guard.visible(doc.text), prechunked=pre)
+
+
+_NAME_MARK = rx.compile(r"\[REDACTED:([a-z0-9_]{1,40})\]")
+
+
+def redacted_name(name: str, mode: str, presidio: bool = False) -> tuple[str, dict[str, int]]:
+    """A document id or collection name through the same DLP as the text (#33), and what was
+    found in it (kinds and counts, never values). Each path segment's stem is read on its own
+    (a key named "keys/AKIA....txt" keeps its folder and extension); a finding is written
+    ``REDACTED-<kind>`` so the id stays a plain path. Under ``--dlp label`` the name is kept as
+    written and its findings restrict the document; under ``off`` nothing is read."""
+    if mode == "off":
+        return name, {}
+    out, found = [], []
+    for part in name.split("/"):
+        stem, dot, ext = part.rpartition(".") if "." in part.lstrip(".") else (part, "", "")
+        red, hits = guard.redact(stem, deep=presidio)
+        found += hits
+        red = _NAME_MARK.sub(lambda m: f"REDACTED-{m.group(1)}", red)
+        out.append(red + dot + ext if hits and mode == "redact" else part)
+    return "/".join(out), guard.summary(found)
+
+
+def unique_name(wanted: str, origin: str, existing: dict[str, DocRecord], taken: set[str]) -> str:
+    """``wanted`` (a redacted id), or ``wanted~2``, ``~3``... when another file's document has it:
+    two files named like different keys never become one document. The id this file's document
+    was stored under before is kept, so a re-ingest is stable whatever else was added."""
+    stem, dot, ext = wanted.rpartition(".") if "." in wanted.rsplit("/", 1)[-1] else (wanted, "", "")
+    candidates = [wanted] + [f"{stem}~{n}{dot}{ext}" for n in range(2, 10_000)]
+    for c in candidates:
+        old = existing.get(c)
+        if old is not None and origin and old.origin == origin and c not in taken:
+            return c
+    for c in candidates:
+        if c not in taken and c not in existing:
+            return c
+    raise CorpusError(f"too many files whose names redact to {wanted!r}; rename them")
 
 
 def collection_of(doc_id: str, roots: dict[str, str]) -> str:
@@ -282,6 +320,7 @@ class Plan:
         if old and old.content_hash == text_hash and old.label == doc_label and _same_fields(old, doc, settings):
             return None
         doc, restrict, found = guarded(doc, settings, self.visible)
+        restrict = restrict or (settings.dlp == "label" and bool(redacted_name(doc.path, "label", settings.dlp_presidio)[1]))
         if restrict and self.label is None:
             doc_label = "restricted"
         chunks = chunk_documents([doc], settings.chunker, settings.size, settings.overlap, settings.max_tokens, count_tokens)
@@ -616,7 +655,8 @@ def collections(meta: dict[str, str]) -> dict[str, str]:
     return {k[len(COLLECTION_KEY):]: v for k, v in meta.items() if k.startswith(COLLECTION_KEY)}
 
 
-def resolve_source(path: Path, name: str | None, known: dict[str, str], existing: dict[str, DocRecord]) -> Source:
+def resolve_source(path: Path, name: str | None, known: dict[str, str], existing: dict[str, DocRecord],
+                   settings: Settings) -> Source:
     """Where ``path``'s documents belong. A folder is a collection named ``name`` or after
     the folder; a file under a known collection's folder joins it (same id as when the folder
     is ingested); any other file is a collection named after its own folder. A name taken by
@@ -632,7 +672,10 @@ def resolve_source(path: Path, name: str | None, known: dict[str, str], existing
     root = path if path.is_dir() else path.parent
     if name is None and not known and any(not r.collection and r.origin and _under(r.origin, str(root)) for r in existing.values()):
         name = ""  # indexed before collections: keep its ids
-    name = root.name if name is None else name
+    if name is None:  # named after its folder: the name goes through DLP as a document's does
+        name, _ = redacted_name(root.name, settings.dlp, settings.dlp_presidio)
+        if name != root.name:
+            name = next(c for c in [name, *(f"{name}-{n}" for n in range(2, 10_000))] if known.get(c) in (None, str(root)))
     if name and known.get(name) not in (None, str(root)):
         raise CorpusError(f"collection {name!r} is the folder {known[name]}, not {root}; "
                           f"ingest this one under another name with --collection NAME")
@@ -686,9 +729,12 @@ def ingest_paths(
         for source, d in iter_tagged(((s, path, rel) for s, path, rel in counted()), settings.markup):
             record_of = dict(d.meta).get("from_file")
             try:
-                doc, origin = source_document(source, d, corpus.existing)
+                doc, origin = source_document(source, d, corpus.existing, settings, named)
                 if record_of and doc.path in named:
                     raise clash(doc.path)
+                was = corpus.existing.get(source.doc_id(d))
+                if was is not None and was.doc != doc.path and was.origin and was.origin == origin:
+                    corpus.replaced.append(was.doc)  # stored under its name as written, before names went through DLP
             except CorpusError as exc:
                 if not record_of:
                     raise
@@ -718,8 +764,8 @@ FILES_KEY = "files"  # store meta: origin -> [size, mtime_ns, sha256, policy] of
 def file_policy(settings: Settings, digest: str, label: str | None) -> str:
     """What else decides a file's documents besides its bytes: parsing, DLP, stored form,
     embedder build and label. A change re-parses every file once."""
-    return sha256("\x00".join((settings.markup, settings.dlp, str(settings.dlp_presidio), STORE_FORM, digest,
-                                label or "")))[:16]
+    return sha256("\x00".join((settings.markup, settings.dlp, str(settings.dlp_presidio), STORE_FORM, NAME_FORM,
+                                digest, label or "")))[:16]
 
 
 class QuickCheck:
@@ -804,6 +850,7 @@ class Corpus:
     existing: dict[str, DocRecord]
     loaded: set[str] = field(default_factory=set)
     missing: list[str] = field(default_factory=list)
+    replaced: list[str] = field(default_factory=list)  # old ids of documents now stored under a redacted one
 
     @classmethod
     def resolve(cls, store: Store, paths: Iterable[str | Path], settings: Settings,
@@ -816,7 +863,7 @@ class Corpus:
         for path in given:
             if not Path(path).exists():
                 raise CorpusError(f"corpus path {path!r} does not exist; pass a folder or a file")
-            sources.append(resolve_source(Path(path), collection, known, existing))
+            sources.append(resolve_source(Path(path), collection, known, existing, settings))
         files = [(s, f, rel) for s in sources for f, rel in iter_files(s.path)]
         return cls(given, sources, files, existing)
 
@@ -836,9 +883,11 @@ class Corpus:
             r.collection == s.collection and _under(r.origin, str(s.path)) for s in folders))
 
     def deletions(self, prune: bool) -> list[str]:
-        """After the last document: what is gone (kept in ``missing``), to delete if ``prune``."""
-        self.missing.extend(self.gone())
-        return self.missing if prune else []
+        """After the last document: what is gone (kept in ``missing``), to delete if ``prune``,
+        and the old ids of documents this run stored under a redacted name (always: the same file
+        must not stay findable under the name DLP took out)."""
+        self.missing.extend(d for d in self.gone() if d not in self.replaced)
+        return (self.missing if prune else []) + self.replaced
 
 
 def stored_as_is(doc: Document, existing: dict[str, DocRecord], settings: Settings, digest: str) -> bool:
@@ -891,10 +940,12 @@ def prepare_files(files: Iterable[tuple[Source, Path, str]], plan: Plan, count_t
             current[:] = [path]
             yield s, path, rel
 
+    given: set[str] = set()  # ids this worker gave out (a redacted name is made unique among them)
     for source, d in iter_tagged(tagged(), plan.settings.markup):
         record_of = dict(d.meta).get("from_file")
         try:
-            doc, origin = source_document(source, d, plan.existing)
+            doc, origin = source_document(source, d, plan.existing, plan.settings, given)
+            given.add(doc.path)
         except CorpusError as exc:
             if not record_of:
                 raise
@@ -914,11 +965,15 @@ def prepare_files(files: Iterable[tuple[Source, Path, str]], plan: Plan, count_t
     return out
 
 
-def source_document(source: Source, doc: Document, existing: dict[str, DocRecord]) -> tuple[Document, str]:
+def source_document(source: Source, doc: Document, existing: dict[str, DocRecord], settings: Settings,
+                    taken: set[str]) -> tuple[Document, str]:
     """``doc`` as loaded from ``source``, under its id, with its origin; refuses a document
-    that would overwrite one from another source."""
-    doc_id = source.doc_id(doc)
+    that would overwrite one from another source. The id goes through DLP as the text does
+    (``redacted_name``): a file named like a key is stored, listed and cited under a redacted
+    id, unique among the ids ``taken`` by this run and those stored for other files."""
     origin = _origin(source.path, dict(doc.meta).get("from_file", doc.path))
+    doc = dlp_named(_renamed(doc, source.doc_id(doc)), settings, existing, taken, origin)
+    doc_id = doc.path
     owner = existing.get(doc_id)
     if owner is not None and owner.collection != source.collection:
         raise CorpusError(f"{doc_id!r} is already indexed from another source ({owner.collection or 'no collection'}); "
@@ -927,7 +982,15 @@ def source_document(source: Source, doc: Document, existing: dict[str, DocRecord
         raise CorpusError(f"{dict(doc.meta)['from_file']}: a record claims document {doc_id!r}, which comes from "
                           f"{Path(owner.origin).name}; records may only name documents of their own file "
                           "(rename the record's \"doc\")")
-    return _renamed(doc, doc_id), origin
+    return doc, origin
+
+
+def dlp_named(doc: Document, settings: Settings, existing: dict[str, DocRecord], taken: set[str],
+              origin: str = "") -> Document:
+    """``doc`` under its name as DLP leaves it (``redacted_name``), unique among ``taken`` and
+    the ids ``existing`` holds for other files (``unique_name``); as it is when nothing is found."""
+    safe, _ = redacted_name(doc.path, settings.dlp, settings.dlp_presidio)
+    return doc if safe == doc.path else _renamed(doc, unique_name(safe, origin, existing, taken))
 
 
 def _renamed(doc: Document, doc_id: str) -> Document:

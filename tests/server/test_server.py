@@ -198,6 +198,19 @@ def test_rejected_upload_is_gone(srv):
     assert srv.call("POST", f"/review/{r['doc']}/approve?version=v", "admin").status_code == 404
 
 
+def test_an_upload_named_like_a_key_is_refused_without_echoing_it(srv):
+    """#33 (1, the rest): a name goes through DLP as the text does. A file on disk is stored under
+    its redacted name; an upload is refused (two uploads named like different keys would redact to
+    one document), with a 400 naming the kind, never the value, and nothing stored."""
+    key = "AKIA" + "IOSFODNN7EXAMPLE"
+    before = srv.call("GET", "/documents", "admin").json()
+    r = srv.call("POST", "/ingest", "trusted", json={"source": f"creds/{key}.md", "body": "# Notes\n\nRotate monthly."})
+    assert r.status_code == 400 and "aws_access_key" in r.text and key not in r.text
+    assert srv.call("GET", "/documents", "admin").json() == before
+    ok = srv.call("POST", "/ingest", "trusted", json={"source": "creds/rotation.md", "body": "# Notes\n\nRotate monthly."})
+    assert ok.status_code == 200
+
+
 def test_dlp_redacts_and_never_echoes(srv):
     secret = "Zq8vN2kLm4Rt7yXw9PbC"
     body = f"# Ops\n\nThe backup password: {secret}. Contact dana [at] corp (dot) com or +1 503 867 0143."

@@ -16,7 +16,7 @@ from pydantic import BaseModel, Field
 
 from ... import guard
 from ...errors import MicroRAGError
-from ...ingest import delete_documents, guarded, ingest_documents
+from ...ingest import delete_documents, guarded, ingest_documents, redacted_name
 from ...load import jsonl_documents, load_documents, parse_upload, split_front_matter
 from ...store.base import StaleVersion
 from ...types import Document
@@ -93,6 +93,13 @@ def router(ctx: ServerContext) -> APIRouter:
         # Bound to the caller, in a namespace no operator file maps to ("@name/...": see
         # _namespace), and never over a document someone else owns.
         name = f"{_namespace(who.name)}/{_safe_source(body.source)}" if on.namespaced_uploads else body.source
+        # A name goes through DLP as the text does (#33). A file on disk is stored under its
+        # redacted name; an upload is refused instead, since two uploads named like different
+        # keys would redact to one document and the second would replace the first.
+        in_name = redacted_name(name, cfg.settings.dlp, cfg.settings.dlp_presidio)[1]
+        if in_name and cfg.settings.dlp == "redact":
+            raise MicroRAGError(f"the document name holds what looks like a secret ({', '.join(sorted(in_name))}); "
+                                "upload it under another name")
         if on.confined_records:
             # Parsed as the operator's loader parses a file; every document it yields must
             # be this upload itself (a .jsonl record naming another document is refused).
