@@ -139,7 +139,7 @@ def assert_same_index(a: str, b: str, tol: float = 1e-5, history: tuple[str, ...
     vb = {c.id: v for c, v in zip(sb.chunks, sb.vectors)}
     diff = max(float(np.abs(va[k] - vb[k]).max()) for k in va)
     assert diff <= tol, diff
-    skip = {"generation", "store_id", *history}  # store_id: each store names itself at its first write
+    skip = {"generation", "store_id", "name_key", *history}  # each store names itself and keys its redacted names
     assert {k: v for k, v in sa.meta.items() if k not in skip} == {k: v for k, v in sb.meta.items() if k not in skip}
 
 

@@ -10,10 +10,11 @@ from hypothesis import given
 from hypothesis import settings as hsettings
 from hypothesis import strategies as st
 
+from microrag_engine import guard
 from microrag_engine.config import override, preset
 from microrag_engine.engine import Engine
 from microrag_engine.errors import CorpusError
-from microrag_engine.ingest import filterable, guarded, ingest_paths, redacted_name
+from microrag_engine.ingest import filterable, guarded, ingest_paths, redacted_id
 from microrag_engine.load.base import MAX_FRONT_MATTER_KEYS, split_front_matter
 from microrag_engine.store.base import FIELD_NAME, MAX_FIELD_CHARS, MAX_FIELDS, DocFilter, DocRecord
 from microrag_engine.store.sqlite import SQLiteStore
@@ -460,81 +461,153 @@ def test_a_front_matter_edit_alone_rewrites_the_document(store, tmp_path):
 
 STRIPE = "sk_live_" + "4eC39HqLyjWDarjtT1zdp7dc"  # split: the repository's own secret scan must not flag the test
 AWS = "AKIA" + "IOSFODNN7EXAMPLE"
+SECRETS = (STRIPE, AWS, "alice.smith@corp-mail.com")
 
 
-def _everything_stored(store: SQLiteStore) -> str:
-    """Every name, field and chunk text the store holds, as one string to search."""
-    docs = store.documents()
-    parts = [f"{r.doc} {r.collection} {r.meta}" for r in docs.values()]
+def _stored(store: SQLiteStore) -> str:
+    """Every name, field and chunk text the store holds, as one string to search. Where files
+    and collection folders sit on disk (file signatures, collection roots, origins: paths as
+    written) is the operator's own bookkeeping, which maps files to documents and is never
+    shown to a caller; everything a caller can be shown is here."""
+    parts = [f"{r.doc} {r.collection} {r.meta}" for r in store.documents().values()]
     parts += [c.text + c.id for c in store.snapshot().chunks]
-    # Where files and collections sit on disk (file signatures, collection roots, origins) is the
-    # operator's own knowledge, kept to map files to documents and never shown to a caller.
-    parts += [k + ("" if k == "files" or k.startswith("collection:") else v) for k, v in store.meta().items()]
+    parts += [k + v for k, v in store.meta().items() if k != "files" and not k.startswith("collection:")]
     return "\n".join(parts)
 
 
-def test_a_file_named_like_a_key_is_stored_listed_and_cited_under_a_redacted_name(tmp_path, store):
+def _leaks(store: SQLiteStore) -> list[str]:
+    held = _stored(store)
+    return [s for s in SECRETS if s in held or s[4:16] in held]
+
+
+def test_files_and_folders_named_like_keys_are_stored_under_redacted_names(tmp_path, store):
     """#33 (1, the rest): a document id went in as written, so a file named like a live key was
     its own leak in every listing, citation and `path` filter. Names go through the same DLP as
-    the text: each file keeps a distinct, stable id, and nothing stored holds the key."""
-    docs = write(tmp_path / "ops", {f"keys/{STRIPE}.md": body("billing"), f"keys/{AWS}.txt": body("storage"),
-                                    "keys/other-" + STRIPE.replace("4eC", "9xZ") + ".md": body("refunds"),
+    the text: a key anywhere in a segment (a folder's, dotted or joined by "_") replaces that
+    segment, a file keeps its extension, and two files named like different keys stay apart."""
+    docs = write(tmp_path / "ops", {f"keys/{STRIPE}.md": body("billing"), f"keys/backup_{AWS}.txt": body("storage"),
+                                    "keys/old_" + STRIPE.replace("4eC", "9xZ") + ".md": body("refunds"),
+                                    f"creds.{AWS}/a.md": body("rotation"), "share/alice.smith@corp-mail.com/n.md": body("notes"),
                                     "notes.md": body("notes")})
     first = ingest_paths(store, [docs], DEFAULT, collection="")
     ids = sorted(store.documents())
-    assert len(ids) == 4 and sorted(first.added) == ids
-    assert "notes.md" in ids and "keys/REDACTED-aws_access_key.txt" in ids
-    assert {"keys/REDACTED-stripe_key.md", "keys/other-REDACTED-stripe_key.md"} <= set(ids)
-    assert STRIPE[8:] not in _everything_stored(store) and AWS not in _everything_stored(store)
-    # Stable: a new file that redacts to a taken name gets the next free one; nobody else moves.
-    write(docs, {f"keys/{STRIPE.replace('4eC', '0aa')}.md": body("payouts")})
-    second = ingest_paths(store, [docs], DEFAULT, collection="")
-    assert second.added == ["keys/REDACTED-stripe_key~2.md"] and sorted(second.unchanged) == ids
+    assert len(ids) == 6 and sorted(first.added) == ids and "notes.md" in ids and not _leaks(store)
+    assert [i.split("/")[0] for i in ids if i.endswith("/a.md")] != ["creds"]  # the folder's whole name goes
+    assert sum(i.startswith("keys/REDACTED-") and i.endswith(".md") for i in ids) == 2
+    assert first.findings[next(i for i in ids if i.endswith(".txt"))].get("aws_access_key") == 1  # the report says why
+    again = ingest_paths(store, [docs], DEFAULT, collection="")
+    assert sorted(again.unchanged) == ids and not again.added and not again.removed
     engine = Engine.from_store(store, DEFAULT)
-    hit = engine.retrieve("billing in depth for new users").hits[0]
-    assert hit.chunk.doc == "keys/REDACTED-stripe_key.md"
+    assert engine.retrieve("billing in depth for new users").hits[0].chunk.doc.startswith("keys/REDACTED-")
 
 
-def test_a_document_stored_under_its_raw_name_moves_to_the_redacted_one(tmp_path, store):
-    """An index written before names went through DLP holds the raw id: the next ingest stores
-    the file under the redacted id and removes the raw one (not left findable, not duplicated)."""
+def test_a_redacted_name_is_the_same_whatever_else_is_ingested_or_in_what_order(tmp_path):
+    """The tag is a keyed hash of the name as written: a record order, another file, another run
+    or another worker never moves a document to another id, and a file literally named like a
+    redacted id is a name like any other."""
+    a, b = SQLiteStore(tmp_path / "a"), SQLiteStore(tmp_path / "b")
+    b.apply([], [], {"name_key": "k" * 32})
+    a.apply([], [], {"name_key": "k" * 32})
+    one = write(tmp_path / "one", {f"{AWS}.txt": body("storage")})
+    two = write(tmp_path / "two", {"x.md": body("notes"), f"{AWS}.txt": body("storage"),
+                                   "REDACTED-aws_access_key.txt": body("decoy")})
+    ingest_paths(a, [one], DEFAULT, collection="")
+    ingest_paths(b, [two], DEFAULT, collection="")
+    (only,) = a.documents()
+    assert only in b.documents() and len(b.documents()) == 3
+
+
+def test_a_record_claiming_a_key_named_file_is_refused_as_before(tmp_path, store):
+    """#33 (9) stays closed: a .jsonl record that names a file's document maps to the same
+    redacted id, so it is refused by name, not stored beside it as a look-alike."""
+    docs = write(tmp_path / "ops", {f"{STRIPE}.md": body("billing"),
+                                    "evil.jsonl": '{"id": "e#0", "doc": "' + STRIPE + '.md", "text": "Refunds are never issued."}\n'})
+    report = ingest_paths(store, [docs], DEFAULT, collection="")
+    assert len(store.documents()) == 1 and list(report.refused) == [f"evil.jsonl: {STRIPE}.md"]
+
+
+def test_a_document_moves_between_name_forms_and_is_never_stored_twice(tmp_path, store):
+    """An index written before names went through DLP (or under --dlp off) holds the raw id: the
+    next ingest stores the file under the redacted id and removes the raw one; --dlp label moves
+    it back, restricted. Never two copies, never one reported gone while its file is there."""
     docs = write(tmp_path / "ops", {f"{STRIPE}.md": body("billing"), "notes.md": body("notes")})
     ingest_paths(store, [docs], override(DEFAULT, dlp="off"), collection="")
     assert f"{STRIPE}.md" in store.documents()
-    report = ingest_paths(store, [docs], DEFAULT, collection="")
-    assert sorted(store.documents()) == ["REDACTED-stripe_key.md", "notes.md"]
-    assert f"{STRIPE}.md" in report.removed and not report.gone
+    moved = ingest_paths(store, [docs], DEFAULT, collection="")
+    ids = sorted(store.documents())
+    assert len(ids) == 2 and not _leaks(store) and moved.removed == [f"{STRIPE}.md"] and not moved.gone
+    back = ingest_paths(store, [docs], override(DEFAULT, dlp="label"), collection="")
+    assert {d: r.label for d, r in store.documents().items()} == {f"{STRIPE}.md": "restricted", "notes.md": "public"}
+    assert not back.gone and len(back.removed) == 1
+
+
+def test_a_held_version_keeps_the_stored_one_under_its_old_name(tmp_path, store):
+    """Screening keeps a new version out and the previous one stays: also when the new one would
+    have moved it to its redacted name."""
+    docs = write(tmp_path / "ops", {f"{AWS}.md": body("storage")})
+    ingest_paths(store, [docs], override(DEFAULT, dlp="off"), collection="")
+    report = ingest_paths(store, [docs], DEFAULT, collection="", screen=lambda doc, file: ["held for the test"])
+    assert list(store.documents()) == [f"{AWS}.md"] and len(report.held) == 1 and not report.removed
+
+
+def test_a_key_named_collection_is_redacted_and_still_prunes(tmp_path, store):
+    """A collection named after its folder is a name like a document's: redacted, recorded on
+    its documents (so --prune still finds what is gone), and moved when an index holds it raw."""
+    docs = write(tmp_path / AWS, {"a.md": body("storage"), "b.md": body("notes")})
+    ingest_paths(store, [docs], override(DEFAULT, dlp="off"))
+    assert sorted(store.documents()) == [f"{AWS}/a.md", f"{AWS}/b.md"]
+    ingest_paths(store, [docs], DEFAULT)
+    records = store.documents().values()
+    assert len(records) == 2 and not _leaks(store)
+    assert {r.collection for r in records} == {next(iter(records)).doc.split("/")[0]}
+    (docs / "b.md").unlink()
+    pruned = ingest_paths(store, [docs], DEFAULT, prune=True)
+    assert len(pruned.removed) == 1 and len(store.documents()) == 1
+    explicit = SQLiteStore(tmp_path / "explicit")
+    ingest_paths(explicit, [docs], DEFAULT, collection=AWS)
+    assert not _leaks(explicit)
 
 
 def test_under_dlp_label_a_key_in_the_name_restricts_the_document(tmp_path, store):
     docs = write(tmp_path / "ops", {f"{AWS}.md": body("storage"), "notes.md": body("notes")})
-    ingest_paths(store, [docs], override(DEFAULT, dlp="label"), collection="")
-    labels = {d: r.label for d, r in store.documents().items()}
-    assert labels == {f"{AWS}.md": "restricted", "notes.md": "public"}
-
-
-def test_a_collection_named_after_a_folder_named_like_a_key_is_redacted(tmp_path, store):
-    docs = write(tmp_path / f"{AWS}", {"a.md": body("storage")})
-    ingest_paths(store, [docs], DEFAULT)
-    assert list(store.documents()) == ["REDACTED-aws_access_key/a.md"]
-    assert AWS not in _everything_stored(store)
+    report = ingest_paths(store, [docs], override(DEFAULT, dlp="label"), collection="")
+    assert {d: r.label for d, r in store.documents().items()} == {f"{AWS}.md": "restricted", "notes.md": "public"}
+    assert report.findings[f"{AWS}.md"] == {"aws_access_key": 1}
 
 
 def test_in_memory_engines_name_documents_as_ingest_does(tmp_path):
     docs = write(tmp_path / "ops", {f"{STRIPE}.md": body("billing"), f"{STRIPE.replace('4eC', '0aa')}.md": body("refunds")})
-    engine = Engine.from_paths([docs], DEFAULT)
-    assert sorted({c.doc for c in engine.index.chunks}) == ["REDACTED-stripe_key.md", "REDACTED-stripe_key~2.md"]
+    ids = {c.doc for c in Engine.from_paths([docs], DEFAULT).index.chunks}
+    assert len(ids) == 2 and all(i.startswith("REDACTED-") and i.endswith(".md") for i in ids)
 
 
-@given(stem=st.text(alphabet=st.characters(codec="utf-8", exclude_characters="/\x00"), min_size=1, max_size=60),
-       ext=st.sampled_from(["", ".md", ".txt", ".tar.gz"]))
-@hsettings(max_examples=150, deadline=None)
-def test_a_redacted_name_is_a_plain_path_and_holds_nothing_dlp_finds(stem, ext):
-    """By construction: whatever a file is called, its redacted name keeps the folder and the
-    extension, is a fixed point (redacting it again finds nothing), and a name DLP finds
-    nothing in is kept exactly."""
-    name = f"dir/{stem}{ext}"
-    safe, found = redacted_name(name, "redact")
-    assert safe.startswith("dir/") and safe.endswith(ext)
-    assert redacted_name(safe, "redact")[1] == {}
-    assert (safe == name) == (not found)
+SEP = st.sampled_from(["_", "-", ".", " ", "+", "~"])  # glued to a word, a key is no key to DLP, in text or name
+WORD = st.text(alphabet="abcdefghijklmnopqrstuvwxyz", min_size=0, max_size=8)
+KEY = st.one_of(st.from_regex(r"AKIA[0-9A-Z]{16}", fullmatch=True), st.from_regex(r"sk_live_[0-9a-zA-Z]{24}", fullmatch=True),
+                st.from_regex(r"ghp_[0-9a-zA-Z]{36}", fullmatch=True))
+
+
+@given(before=WORD, after=WORD, sep1=SEP, sep2=SEP, key=KEY, folder=st.booleans(), ext=st.sampled_from(["", ".md", ".txt"]))
+@hsettings(max_examples=200, deadline=None)
+def test_no_key_survives_in_a_name_from_any_position(before, after, sep1, sep2, key, folder, ext):
+    """By construction: a key before, after or between words, joined by any separator, in a folder
+    or a file name, is gone from the redacted id, which keeps the rest of the path and the
+    extension and is a fixed point (redacting it again finds nothing)."""
+    segment = f"{before}{sep1 if before else ''}{key}{sep2 if after else ''}{after}"
+    name = f"top/{segment}/page.md" if folder else f"top/{segment}{ext}"
+    safe, found = redacted_id(name, "k" * 32)
+    assert found and key not in safe and key[4:16] not in safe
+    assert safe.startswith("top/") and safe.endswith("/page.md" if folder else ext)
+    assert redacted_id(safe, "k" * 32) == (safe, {})
+
+
+@given(stem=st.from_regex(r"[A-Za-z0-9._+~ -]{1,40}", fullmatch=True))
+@hsettings(max_examples=300, deadline=None)
+def test_the_plain_name_shortcut_agrees_with_the_full_check(stem):
+    """``redacted_id`` skips DLP for a name of short words and few digits; the full check must
+    find nothing there either, read as written or with its separators as spaces."""
+    from microrag_engine.ingest import _plain
+
+    if _plain(stem):
+        spaced = stem.translate(str.maketrans("_.-+~", "     "))
+        assert guard.redact(stem)[1] == [] and guard.redact(spaced)[1] == []

@@ -266,7 +266,7 @@ def ingest_cluster(
         flow.run(ticker)
         for held in flow.held.values():
             quick.held(Path(held.file))
-        report = run.finish(_still_gone(corpus.deletions(prune), corpus), quick.meta())
+        report = run.finish(_still_gone(corpus.deletions(prune), corpus) + corpus.replaced, quick.meta())
     except BaseException:
         flow.cancel()
         run.abandon()
@@ -376,6 +376,7 @@ class _Flow:
             if isinstance(item, str | Unchanged):
                 self.ingestion.unchanged(doc)
                 continue
+            self.corpus.replaced += item.stale  # the same document under another form of its name
             self.ingestion.count(doc, len(item.chunks), item.findings, item.replaces)
             self.batch.append(item)
             if sum(len(p.chunks) for p in self.batch) >= ingest.EMBED_CHUNKS:

@@ -14,6 +14,7 @@ from __future__ import annotations
 
 import bisect
 import logging
+import secrets
 import time
 from collections import Counter
 from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
@@ -726,12 +727,11 @@ def _with_title(doc: Document) -> tuple[tuple[str, str], ...]:
 
 def _guarded(docs: list[Document], settings: Settings) -> list[Document]:
     """The documents as ``microrag ingest`` would store them (one DLP policy for every front end)."""
-    out, found, taken = [], 0, set[str]()
+    out, found, key = [], 0, secrets.token_hex(16)  # names unique to this engine: it is not stored
     for doc in docs:
-        named = dlp_named(doc, settings, {}, taken)  # a name goes through DLP as the text does (#33)
-        taken.add(named.path)
+        named, in_name = dlp_named(doc, settings, key)  # a name goes through DLP as the text does (#33)
         kept, _, counts = guarded(named, settings)  # in memory every chunk is public: "label" mode only reports
-        found += bool(counts) or named is not doc
+        found += bool(counts) or bool(in_name)
         out.append(kept)
     if found:
         log.warning("DLP (%s) changed %d of %d document(s); 'microrag ingest' names them", settings.dlp, found, len(docs))

@@ -18,8 +18,10 @@ from __future__ import annotations
 
 import getpass
 import hashlib
+import hmac
 import json
 import queue
+import secrets
 import threading
 from collections import Counter
 from collections.abc import Callable, Iterable, Iterator
@@ -193,7 +195,7 @@ def guarded(doc: Document, settings: Settings, visible: bool = True) -> tuple[Do
 
 
 STORE_FORM = "visible-1"  # bump when store_form changes what is stored
-NAME_FORM = "names-dlp-1"  # bump when redacted_name changes an id: every file is read once more
+NAME_FORM = "names-dlp-1"  # bump when redacted_id changes an id: every file is read once more
 
 
 def store_form(doc: Document) -> Document:
@@ -208,41 +210,99 @@ def store_form(doc: Document) -> Document:
     return replace(doc, text=guard.visible(doc.text), prechunked=pre)
 
 
-_NAME_MARK = rx.compile(r"\[REDACTED:([a-z0-9_]{1,40})\]")
+NAME_KEY = "name_key"  # store meta: the secret that makes a redacted name unique to its original; never shown
+_EXT = rx.compile(r"^(.+?)((?:\.[A-Za-z0-9]{1,8})?)$")
+_SEPARATOR_CHARS = "_.-+~=,;"
+_SEPARATORS = str.maketrans(_SEPARATOR_CHARS, " " * len(_SEPARATOR_CHARS))
+MAX_NAME_PROBES = 16  # separators of one name read one at a time, at most
 
 
-def redacted_name(name: str, mode: str, presidio: bool = False) -> tuple[str, dict[str, int]]:
+def name_key(meta: dict[str, str]) -> tuple[str, dict[str, str]]:
+    """The store's key for redacted names, and the store meta to write when it is new."""
+    if meta.get(NAME_KEY):
+        return meta[NAME_KEY], {}
+    key = secrets.token_hex(16)
+    return key, {NAME_KEY: key}
+
+
+# A name DLP cannot find anything in, checked without running it (most names, at ~1 ms a
+# name for the full check): short words and numbers between separators, under 7 digits. Every
+# kind DLP finds needs more: a long token, 7+ digits, "@", ":" or "=" (tests/test_ingest.py
+# checks the shortcut against the full check).
+_PLAIN = rx.compile(r"^[A-Za-z0-9._+~ -]{0,200}$")
+_TOKEN = rx.compile(r"[A-Za-z0-9]{13,}")
+
+
+def _plain(stem: str) -> bool:
+    return bool(_PLAIN.match(stem)) and not _TOKEN.search(stem) and sum(c.isdigit() for c in stem) < 7
+
+
+def _segment(part: str, last: bool, key: str, presidio: bool) -> tuple[str, list]:
+    """One path segment as DLP leaves it, and its findings. A name is read as written and with
+    its separators as spaces ("backup_AKIA....txt": the key is a word of its own there); a
+    segment with any finding is replaced whole, keeping only a file's extension, by
+    ``REDACTED-<kinds>-<tag>``: the tag (a keyed hash of the segment as written) keeps two files
+    named like different keys apart, the same file under the same id in every run and on
+    every worker, and tells nothing of the value without the store's key."""
+    m = _EXT.match(part) if last else None
+    stem, ext = (m.group(1), m.group(2)) if m else (part, "")
+    if _plain(stem) and not presidio:
+        return part, []
+    found = guard.redact(stem, deep=presidio)[1]
+    # Also read with the separators as spaces (a key between words), and with one separator at
+    # a time as a space: a key whose own form holds "_" (sk_live_..., ghp_...) after "old_".
+    seps = [i for i, c in enumerate(stem) if c in _SEPARATOR_CHARS][:MAX_NAME_PROBES]
+    probes = [stem.translate(_SEPARATORS)] + [f"{stem[:i]} {stem[i + 1:]}" for i in seps] if seps else []
+    for probe in probes:
+        kinds = {f.kind for f in found}
+        found += [f for f in guard.redact(probe, deep=presidio)[1] if f.kind not in kinds]
+    if not found:
+        return part, []
+    kinds = "-".join(sorted({f.kind for f in found})[:2])
+    tag = hmac.new(key.encode(), part.encode("utf-8", "surrogatepass"), hashlib.sha256).hexdigest()[:10]
+    return f"REDACTED-{kinds}-{tag}{ext}", found
+
+
+def redacted_id(name: str, key: str, presidio: bool = False) -> tuple[str, dict[str, int]]:
     """A document id or collection name through the same DLP as the text (#33), and what was
-    found in it (kinds and counts, never values). Each path segment's stem is read on its own
-    (a key named "keys/AKIA....txt" keeps its folder and extension); a finding is written
-    ``REDACTED-<kind>`` so the id stays a plain path. Under ``--dlp label`` the name is kept as
-    written and its findings restrict the document; under ``off`` nothing is read."""
-    if mode == "off":
-        return name, {}
+    found in it (kinds and counts, never values); ``name`` itself when nothing is found.
+    Redacting a redacted id finds nothing more: it is a fixed point."""
+    parts = name.split("/")
     out, found = [], []
-    for part in name.split("/"):
-        stem, dot, ext = part.rpartition(".") if "." in part.lstrip(".") else (part, "", "")
-        red, hits = guard.redact(stem, deep=presidio)
+    for i, part in enumerate(parts):
+        red, hits = _segment(part, i == len(parts) - 1, key, presidio)
+        out.append(red)
         found += hits
-        red = _NAME_MARK.sub(lambda m: f"REDACTED-{m.group(1)}", red)
-        out.append(red + dot + ext if hits and mode == "redact" else part)
     return "/".join(out), guard.summary(found)
 
 
-def unique_name(wanted: str, origin: str, existing: dict[str, DocRecord], taken: set[str]) -> str:
-    """``wanted`` (a redacted id), or ``wanted~2``, ``~3``... when another file's document has it:
-    two files named like different keys never become one document. The id this file's document
-    was stored under before is kept, so a re-ingest is stable whatever else was added."""
-    stem, dot, ext = wanted.rpartition(".") if "." in wanted.rsplit("/", 1)[-1] else (wanted, "", "")
-    candidates = [wanted] + [f"{stem}~{n}{dot}{ext}" for n in range(2, 10_000)]
-    for c in candidates:
-        old = existing.get(c)
-        if old is not None and origin and old.origin == origin and c not in taken:
-            return c
-    for c in candidates:
-        if c not in taken and c not in existing:
-            return c
-    raise CorpusError(f"too many files whose names redact to {wanted!r}; rename them")
+def dlp_named(doc: Document, settings: Settings, key: str) -> tuple[Document, dict[str, int]]:
+    """``doc`` under the id its settings store it by, and what DLP found in its name: under
+    ``--dlp redact`` the redacted id (``redacted_id``); under ``label`` the name as written (its
+    findings restrict the document); under ``off`` as written, nothing read."""
+    if settings.dlp == "off":
+        return doc, {}
+    safe, found = redacted_id(doc.path, key, settings.dlp_presidio)
+    return (_renamed(doc, safe) if settings.dlp == "redact" and safe != doc.path else doc), found
+
+
+_MARK = rx.compile(r"(?:^|/)REDACTED-([a-z0-9_]+(?:-[a-z0-9_]+)?)-[0-9a-f]{10}(?:\.|/|$)")
+
+
+def name_findings(doc_id: str, settings: Settings) -> dict[str, int]:
+    """What DLP found in the name ``doc_id`` is stored under (kinds and counts): read off the
+    redacted segments under ``--dlp redact``, found again in the name as written under ``label``."""
+    if settings.dlp == "label":
+        return redacted_id(doc_id, "", settings.dlp_presidio)[1]
+    if settings.dlp != "redact":
+        return {}
+    return dict(Counter(k for m in _MARK.finditer(doc_id) for k in m.group(1).split("-")))
+
+
+def other_forms(raw: str, stored: str, key: str, presidio: bool) -> set[str]:
+    """The ids the same document may be stored under from before (its name as written, or
+    redacted under another ``--dlp`` mode), other than ``stored``: stale copies to remove."""
+    return {raw, redacted_id(raw, key, presidio)[0]} - {stored}
 
 
 def collection_of(doc_id: str, roots: dict[str, str]) -> str:
@@ -296,6 +356,7 @@ class Prepared:
     findings: dict[str, int]
     replaces: bool  # an older version is stored
     named_by: str = ""  # a .jsonl record's document: "file: doc as the record named it" (refused on a clash)
+    stale: tuple[str, ...] = ()  # the same document stored under another form of its name, to remove
 
 
 @dataclass(frozen=True)
@@ -310,6 +371,7 @@ class Plan:
     roots: dict[str, str] = field(default_factory=dict)  # store meta being written (collection roots)
     visible: bool = True
     digest: str = ""  # the embedder build's digest: vectors from another build are stale
+    name_key: str = ""  # the store's key for redacted names (``name_key``)
 
     def prepare(self, doc: Document, origin: str, count_tokens: Callable[[str], int]) -> Prepared | None:
         """``doc`` guarded and chunked, or ``None`` when the stored version is the same."""
@@ -320,7 +382,9 @@ class Plan:
         if old and old.content_hash == text_hash and old.label == doc_label and _same_fields(old, doc, settings):
             return None
         doc, restrict, found = guarded(doc, settings, self.visible)
-        restrict = restrict or (settings.dlp == "label" and bool(redacted_name(doc.path, "label", settings.dlp_presidio)[1]))
+        in_name = name_findings(doc.path, settings)
+        found = dict(Counter(found) + Counter(in_name))
+        restrict = restrict or (settings.dlp == "label" and bool(in_name))
         if restrict and self.label is None:
             doc_label = "restricted"
         chunks = chunk_documents([doc], settings.chunker, settings.size, settings.overlap, settings.max_tokens, count_tokens)
@@ -420,19 +484,27 @@ def ingest_documents(
     label: str | None = None,
     principal: str | None = None,
     origins: dict[str, str] | None = None,
-    prune_missing: Iterable[str] = (),
+    prune_others: bool = False,
     progress: bool | Callable[[int, int], None] = False,
     visible: bool = True,
     extra_meta: dict[str, str] | None = None,
 ) -> IngestReport:
-    """Write ``docs`` into ``store`` (skipping unchanged ones) plus deletions.
+    """Write ``docs`` into ``store`` (skipping unchanged ones), each under the id its name is
+    stored by (``dlp_named``); ``prune_others`` removes every other stored document.
 
     ``visible=False`` stores text as sent, invisible characters and all (only the lab
     baseline server asks for it, to show what ``store_form`` prevents)."""
     docs = list(docs) if not isinstance(docs, list) else docs
-    pairs = ((d, (origins or {}).get(d.path, "")) for d in docs)
-    return stream_documents(store, pairs, settings, label, principal, lambda: list(prune_missing), progress, visible,
-                            extra_meta, total=len(docs))
+    key, new_key = name_key(store.meta())
+    named = [dlp_named(d, settings, key)[0] for d in docs]
+    ids = {d.path for d in named}
+    pairs = ((n, (origins or {}).get(d.path, "")) for n, d in zip(named, docs))
+
+    def deletions() -> list[str]:
+        return [d for d in store.documents() if d not in ids] if prune_others else []
+
+    return stream_documents(store, pairs, settings, label, principal, deletions, progress, visible,
+                            {**(extra_meta or {}), **new_key}, total=len(docs))
 
 
 def stream_documents(
@@ -524,9 +596,11 @@ class Ingestion:
         self.meta = store.meta()
         check_compatible(self.meta, settings)
         self.extra_meta = dict(extra_meta or {})
+        key, new_key = name_key({**self.meta, **self.extra_meta})
+        self.extra_meta.update(new_key)
         digest = make_embedder(settings.embedder).digest  # which build embeds (cached: loaded once per process)
         self.plan = Plan(settings, store.documents(), label, principal or f"operator:{_user()}",
-                         datetime.now(UTC).isoformat(timespec="seconds"), self.extra_meta, visible, digest)
+                         datetime.now(UTC).isoformat(timespec="seconds"), self.extra_meta, visible, digest, key)
         self.report = IngestReport()
         # An index whose vectors another build made keeps saying so (embedder_drift) until
         # every one of its documents has been re-embedded, not merely the first ingested again.
@@ -635,14 +709,17 @@ class Source:
 
     path: Path  # as given, resolved
     root: Path  # the folder ids are relative to
-    collection: str  # the ids' first segment ("" = unqualified)
+    collection: str  # the ids' first segment ("" = unqualified), as stored
+    written: str = ""  # the collection's name as written, where DLP stores another (#33)
 
-    def doc_id(self, doc: Document) -> str:
+    def doc_id(self, doc: Document, as_written: bool = False) -> str:
+        """``doc``'s id before its name goes through DLP (``as_written``: the collection's name too)."""
         # A file's id is its path under the collection's root; a .jsonl record names its own
         # document, so it is rooted at the collection whatever folder the file sits in.
         base = self.path if self.path.is_dir() else self.path.parent
         sub = "" if self.path == self.root or dict(doc.meta).get("from_file") else base.relative_to(self.root).as_posix()
-        parts = [p for p in (self.collection, "" if sub == "." else sub, doc.path) if p]
+        collection = (self.written or self.collection) if as_written else self.collection
+        parts = [p for p in (collection, "" if sub == "." else sub, doc.path) if p]
         return "/".join(parts)
 
 
@@ -656,7 +733,7 @@ def collections(meta: dict[str, str]) -> dict[str, str]:
 
 
 def resolve_source(path: Path, name: str | None, known: dict[str, str], existing: dict[str, DocRecord],
-                   settings: Settings) -> Source:
+                   settings: Settings, key: str) -> Source:
     """Where ``path``'s documents belong. A folder is a collection named ``name`` or after
     the folder; a file under a known collection's folder joins it (same id as when the folder
     is ingested); any other file is a collection named after its own folder. A name taken by
@@ -666,20 +743,27 @@ def resolve_source(path: Path, name: str | None, known: dict[str, str], existing
     if name is not None and name != "" and not _COLLECTION_NAME.match(name):
         raise CorpusError(f"invalid collection name {name!r}: use letters, digits, '.', '_' or '-' (up to 64)")
     if name is None:  # a file or subfolder of a folder already ingested joins its collection, same ids
-        for known_name, folder in sorted(known.items(), key=lambda kv: -len(kv[1])):
+        for known_name, folder in sorted(known.items(), key=lambda kv: (-len(kv[1]), kv[0])):
             if _under(str(path), folder):
-                return Source(path, Path(folder), known_name)
+                return _collection(Source(path, Path(folder), known_name), settings, key)
     root = path if path.is_dir() else path.parent
     if name is None and not known and any(not r.collection and r.origin and _under(r.origin, str(root)) for r in existing.values()):
         name = ""  # indexed before collections: keep its ids
-    if name is None:  # named after its folder: the name goes through DLP as a document's does
-        name, _ = redacted_name(root.name, settings.dlp, settings.dlp_presidio)
-        if name != root.name:
-            name = next(c for c in [name, *(f"{name}-{n}" for n in range(2, 10_000))] if known.get(c) in (None, str(root)))
+    name = root.name if name is None else name
+    source = _collection(Source(path, root, name), settings, key)
+    name = source.collection
     if name and known.get(name) not in (None, str(root)):
         raise CorpusError(f"collection {name!r} is the folder {known[name]}, not {root}; "
                           f"ingest this one under another name with --collection NAME")
-    return Source(path, root, name)
+    return source
+
+
+def _collection(source: Source, settings: Settings, key: str) -> Source:
+    """``source`` with its collection's name as stored: through DLP as a document's name (#33)."""
+    if settings.dlp != "redact" or not source.collection:
+        return source
+    safe = redacted_id(source.collection, key, settings.dlp_presidio)[0]
+    return source if safe == source.collection else replace(source, collection=safe, written=source.collection)
 
 
 def ingest_paths(
@@ -729,12 +813,10 @@ def ingest_paths(
         for source, d in iter_tagged(((s, path, rel) for s, path, rel in counted()), settings.markup):
             record_of = dict(d.meta).get("from_file")
             try:
-                doc, origin = source_document(source, d, corpus.existing, settings, named)
+                got = source_document(source, d, corpus.existing, settings, corpus.key)
+                doc, origin = got.doc, got.origin
                 if record_of and doc.path in named:
                     raise clash(doc.path)
-                was = corpus.existing.get(source.doc_id(d))
-                if was is not None and was.doc != doc.path and was.origin and was.origin == origin:
-                    corpus.replaced.append(was.doc)  # stored under its name as written, before names went through DLP
             except CorpusError as exc:
                 if not record_of:
                     raise
@@ -747,10 +829,12 @@ def ingest_paths(
                 held[doc.path] = reasons
                 held_files[doc.path] = str(current[0].resolve())
                 quick.held(current[0])
-                continue
+                continue  # held: whatever is stored of it stays, under whichever name
+            corpus.replaced += got.stale
             yield doc, origin
 
-    report = stream_documents(store, documents(), settings, label, principal, lambda: corpus.deletions(prune), progress,
+    report = stream_documents(store, documents(), settings, label, principal,
+                              lambda: corpus.deletions(prune) + corpus.replaced, progress,
                               extra_meta=corpus.roots, total=len(corpus.files), done=lambda: files_done[0],
                               late_meta=quick.meta)
     report.gone = [] if prune else corpus.missing
@@ -848,9 +932,11 @@ class Corpus:
     sources: list[Source]
     files: list[tuple[Source, Path, str]]
     existing: dict[str, DocRecord]
+    key: str = ""  # the store's key for redacted names (``name_key``)
+    new_meta: dict[str, str] = field(default_factory=dict)  # that key, when this ingest made it
     loaded: set[str] = field(default_factory=set)
     missing: list[str] = field(default_factory=list)
-    replaced: list[str] = field(default_factory=list)  # old ids of documents now stored under a redacted one
+    replaced: list[str] = field(default_factory=list)  # the same files' documents under another form of their names
 
     @classmethod
     def resolve(cls, store: Store, paths: Iterable[str | Path], settings: Settings,
@@ -858,19 +944,20 @@ class Corpus:
         check_compatible(store.meta(), settings)  # before any file is parsed: a wrong preset fails fast
         existing = store.documents()
         known = collections(store.meta())
+        key, new_meta = name_key(store.meta())
         given = [str(p) for p in paths]
         sources: list[Source] = []
         for path in given:
             if not Path(path).exists():
                 raise CorpusError(f"corpus path {path!r} does not exist; pass a folder or a file")
-            sources.append(resolve_source(Path(path), collection, known, existing, settings))
+            sources.append(resolve_source(Path(path), collection, known, existing, settings, key))
         files = [(s, f, rel) for s in sources for f, rel in iter_files(s.path)]
-        return cls(given, sources, files, existing)
+        return cls(given, sources, files, existing, key, new_meta)
 
     @property
     def roots(self) -> dict[str, str]:
-        """Store meta to write: each collection's root folder."""
-        return {f"{COLLECTION_KEY}{s.collection}": str(s.root) for s in self.sources if s.collection}
+        """Store meta to write: each collection's root folder, and a new key for redacted names."""
+        return {**self.new_meta, **{f"{COLLECTION_KEY}{s.collection}": str(s.root) for s in self.sources if s.collection}}
 
     def gone(self) -> list[str]:
         """Documents from one of these folders that did not load now (deleted, emptied, or no longer
@@ -883,11 +970,10 @@ class Corpus:
             r.collection == s.collection and _under(r.origin, str(s.path)) for s in folders))
 
     def deletions(self, prune: bool) -> list[str]:
-        """After the last document: what is gone (kept in ``missing``), to delete if ``prune``,
-        and the old ids of documents this run stored under a redacted name (always: the same file
-        must not stay findable under the name DLP took out)."""
+        """After the last document: what is gone (kept in ``missing``), to delete if ``prune``.
+        ``replaced`` is deleted whatever ``prune`` says (``ingest_paths``)."""
         self.missing.extend(d for d in self.gone() if d not in self.replaced)
-        return (self.missing if prune else []) + self.replaced
+        return self.missing if prune else []
 
 
 def stored_as_is(doc: Document, existing: dict[str, DocRecord], settings: Settings, digest: str) -> bool:
@@ -940,12 +1026,11 @@ def prepare_files(files: Iterable[tuple[Source, Path, str]], plan: Plan, count_t
             current[:] = [path]
             yield s, path, rel
 
-    given: set[str] = set()  # ids this worker gave out (a redacted name is made unique among them)
     for source, d in iter_tagged(tagged(), plan.settings.markup):
         record_of = dict(d.meta).get("from_file")
         try:
-            doc, origin = source_document(source, d, plan.existing, plan.settings, given)
-            given.add(doc.path)
+            got = source_document(source, d, plan.existing, plan.settings, plan.name_key)
+            doc, origin = got.doc, got.origin
         except CorpusError as exc:
             if not record_of:
                 raise
@@ -961,18 +1046,28 @@ def prepare_files(files: Iterable[tuple[Source, Path, str]], plan: Plan, count_t
         if ready is None:
             out.append(Unchanged(doc.path, named_by) if named_by else doc.path)
         else:
-            out.append(replace(ready, named_by=named_by) if named_by else ready)
+            out.append(replace(ready, named_by=named_by, stale=got.stale))
     return out
 
 
+@dataclass(frozen=True)
+class Sourced:
+    """A loaded document under its id, where its file is, and the same document stored under
+    another form of its name (before names went through DLP, or under another ``--dlp``)."""
+
+    doc: Document
+    origin: str
+    stale: tuple[str, ...] = ()
+
+
 def source_document(source: Source, doc: Document, existing: dict[str, DocRecord], settings: Settings,
-                    taken: set[str]) -> tuple[Document, str]:
+                    key: str) -> Sourced:
     """``doc`` as loaded from ``source``, under its id, with its origin; refuses a document
     that would overwrite one from another source. The id goes through DLP as the text does
-    (``redacted_name``): a file named like a key is stored, listed and cited under a redacted
-    id, unique among the ids ``taken`` by this run and those stored for other files."""
+    (``dlp_named``): a file named like a key is stored, listed and cited under a redacted id."""
     origin = _origin(source.path, dict(doc.meta).get("from_file", doc.path))
-    doc = dlp_named(_renamed(doc, source.doc_id(doc)), settings, existing, taken, origin)
+    raw = source.doc_id(doc, as_written=True)
+    doc = dlp_named(_renamed(doc, source.doc_id(doc)), settings, key)[0]
     doc_id = doc.path
     owner = existing.get(doc_id)
     if owner is not None and owner.collection != source.collection:
@@ -982,15 +1077,10 @@ def source_document(source: Source, doc: Document, existing: dict[str, DocRecord
         raise CorpusError(f"{dict(doc.meta)['from_file']}: a record claims document {doc_id!r}, which comes from "
                           f"{Path(owner.origin).name}; records may only name documents of their own file "
                           "(rename the record's \"doc\")")
-    return doc, origin
+    stale = tuple(sorted(o for o in other_forms(raw, doc_id, key, settings.dlp_presidio)
+                         if (r := existing.get(o)) is not None and r.origin and r.origin == origin))
+    return Sourced(doc, origin, stale)
 
-
-def dlp_named(doc: Document, settings: Settings, existing: dict[str, DocRecord], taken: set[str],
-              origin: str = "") -> Document:
-    """``doc`` under its name as DLP leaves it (``redacted_name``), unique among ``taken`` and
-    the ids ``existing`` holds for other files (``unique_name``); as it is when nothing is found."""
-    safe, _ = redacted_name(doc.path, settings.dlp, settings.dlp_presidio)
-    return doc if safe == doc.path else _renamed(doc, unique_name(safe, origin, existing, taken))
 
 
 def _renamed(doc: Document, doc_id: str) -> Document:

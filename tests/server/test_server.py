@@ -200,15 +200,42 @@ def test_rejected_upload_is_gone(srv):
 
 def test_an_upload_named_like_a_key_is_refused_without_echoing_it(srv):
     """#33 (1, the rest): a name goes through DLP as the text does. A file on disk is stored under
-    its redacted name; an upload is refused (two uploads named like different keys would redact to
-    one document), with a 400 naming the kind, never the value, and nothing stored."""
+    its redacted name; an upload is refused (the uploader chose the name and can choose another),
+    with a 400 naming the kind, never the value, and nothing stored - also when the key is one
+    word of the name ("AKIA... backup.md" arrives as "AKIA..._backup.md")."""
     key = "AKIA" + "IOSFODNN7EXAMPLE"
     before = srv.call("GET", "/documents", "admin").json()
-    r = srv.call("POST", "/ingest", "trusted", json={"source": f"creds/{key}.md", "body": "# Notes\n\nRotate monthly."})
-    assert r.status_code == 400 and "aws_access_key" in r.text and key not in r.text
+    for source in (f"creds/{key}.md", f"creds/{key} backup.md", f"old_{key}/notes.md"):
+        r = srv.call("POST", "/ingest", "trusted", json={"source": source, "body": "# Notes\n\nRotate monthly."})
+        assert r.status_code == 400 and "aws_access_key" in r.text and key not in r.text, source
     assert srv.call("GET", "/documents", "admin").json() == before
     ok = srv.call("POST", "/ingest", "trusted", json={"source": "creds/rotation.md", "body": "# Notes\n\nRotate monthly."})
     assert ok.status_code == 200
+
+
+def test_names_under_dlp_label_and_through_reset(tmp_path):
+    """Under --dlp label an upload named like a key goes in as named, restricted (as a finding in
+    its text would make it); /reset re-reads the operator's folder under the same names a
+    `microrag ingest` gives, so a key-named file never comes back under its raw name."""
+    key = "AKIA" + "IOSFODNN7EXAMPLE"
+    (tmp_path / "label").mkdir()
+    (tmp_path / "reset").mkdir()
+    s = Running(tmp_path / "label", rate_per_minute=100_000, settings=replace(preset("default"), dlp="label"))
+    try:
+        r = s.call("POST", "/ingest", "trusted", json={"source": f"creds/{key}.md", "body": "# Notes\n\nRotate monthly."})
+        assert r.status_code == 200 and r.json()["label"] == "restricted", r.text
+        assert key not in str(s.call("GET", "/documents", "reader").json())
+    finally:
+        s.stop()
+    s = Running(tmp_path / "reset", rate_per_minute=100_000)
+    try:
+        (s.corpus / f"{key}.md").write_text("# Rotation\n\nKeys rotate every 90 days.")
+        assert s.call("POST", "/reset", "admin").status_code == 200
+        docs = [d["doc"] for d in s.call("GET", "/documents", "admin").json()]
+        assert key not in str(docs) and any(d.startswith("REDACTED-aws_access_key-") for d in docs)
+        assert s.call("POST", "/reset", "admin").json()["summary"].startswith("0 added, 0 changed")
+    finally:
+        s.stop()
 
 
 def test_dlp_redacts_and_never_echoes(srv):

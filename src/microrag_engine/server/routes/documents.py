@@ -16,7 +16,7 @@ from pydantic import BaseModel, Field
 
 from ... import guard
 from ...errors import MicroRAGError
-from ...ingest import delete_documents, guarded, ingest_documents, redacted_name
+from ...ingest import delete_documents, guarded, ingest_documents, redacted_id
 from ...load import jsonl_documents, load_documents, parse_upload, split_front_matter
 from ...store.base import StaleVersion
 from ...types import Document
@@ -96,7 +96,7 @@ def router(ctx: ServerContext) -> APIRouter:
         # A name goes through DLP as the text does (#33). A file on disk is stored under its
         # redacted name; an upload is refused instead, since two uploads named like different
         # keys would redact to one document and the second would replace the first.
-        in_name = redacted_name(name, cfg.settings.dlp, cfg.settings.dlp_presidio)[1]
+        in_name = redacted_id(name, "", cfg.settings.dlp_presidio)[1] if cfg.settings.dlp != "off" else {}
         if in_name and cfg.settings.dlp == "redact":
             raise MicroRAGError(f"the document name holds what looks like a secret ({', '.join(sorted(in_name))}); "
                                 "upload it under another name")
@@ -134,6 +134,7 @@ def router(ctx: ServerContext) -> APIRouter:
         # The stored form and its DLP verdict, from the text itself: an unchanged re-upload writes
         # nothing, so the ingest report would say nothing (and "restricted" must stick).
         stored, restrict, _ = guarded(docs[0], cfg.settings, on.visible_store)
+        restrict = restrict or bool(in_name)  # under --dlp label: a name with a finding restricts as the text would
         # (writing: every read below comes from the primary - another replica may have just written)
         with ctx.lock, cfg.store.writing():
             report = ingest_documents(cfg.store, docs, cfg.settings, label=label if live_now else QUARANTINE,
@@ -227,8 +228,7 @@ def router(ctx: ServerContext) -> APIRouter:
             raise MicroRAGError("this server was started without a corpus to reset from (serve --corpus PATH)")
         with ctx.lock, cfg.store.writing():
             docs = load_documents(cfg.corpus, cfg.settings.markup)
-            gone = [d for d in cfg.store.documents() if d not in {x.path for x in docs}]
-            report = ingest_documents(cfg.store, docs, cfg.settings, principal=f"operator:{who.name}", prune_missing=gone)
+            report = ingest_documents(cfg.store, docs, cfg.settings, principal=f"operator:{who.name}", prune_others=True)
             ctx.reload(by=who)
         cfg.state.audit(who.name, "reset", ",".join(cfg.corpus), [], report.summary(), [])
         return {"summary": report.summary(), "generation": report.generation}
