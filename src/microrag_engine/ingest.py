@@ -254,8 +254,8 @@ def _segment(part: str, last: bool, key: str, presidio: bool) -> tuple[str, list
     seps = [i for i, c in enumerate(stem) if c in _SEPARATOR_CHARS][:MAX_NAME_PROBES]
     probes = [stem.translate(_SEPARATORS)] + [f"{stem[:i]} {stem[i + 1:]}" for i in seps] if seps else []
     for probe in probes:
-        kinds = {f.kind for f in found}
-        found += [f for f in guard.redact(probe, deep=presidio)[1] if f.kind not in kinds]
+        seen = {f.kind for f in found}
+        found += [f for f in guard.redact(probe, deep=presidio)[1] if f.kind not in seen]
     if not found:
         return part, []
     kinds = "-".join(sorted({f.kind for f in found})[:2])
