@@ -358,6 +358,7 @@ class _Flow:
         for item in result.items:
             if isinstance(item, Held):  # its file is here: loaded (never pruned for it), not written
                 self.corpus.loaded.add(item.doc)
+                self.corpus.loaded.update(item.stale)  # what is stored of it, under whichever name, stays
                 self.held[item.doc] = item
                 self.seen.add(item.doc)  # its name is given out, held or not (as a local ingest counts it)
                 continue

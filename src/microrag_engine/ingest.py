@@ -195,7 +195,7 @@ def guarded(doc: Document, settings: Settings, visible: bool = True) -> tuple[Do
 
 
 STORE_FORM = "visible-1"  # bump when store_form changes what is stored
-NAME_FORM = "names-dlp-1"  # bump when redacted_id changes an id: every file is read once more
+NAME_FORM = "names-dlp-2"  # bump when redacted_id changes an id: every file is read once more
 
 
 def store_form(doc: Document) -> Document:
@@ -214,7 +214,10 @@ NAME_KEY = "name_key"  # store meta: the secret that makes a redacted name uniqu
 _EXT = rx.compile(r"^(.+?)((?:\.[A-Za-z0-9]{1,8})?)$")
 _SEPARATOR_CHARS = "_.-+~=,;"
 _SEPARATORS = str.maketrans(_SEPARATOR_CHARS, " " * len(_SEPARATOR_CHARS))
-MAX_NAME_PROBES = 16  # separators of one name read one at a time, at most
+MAX_NAME_PROBES = 32  # "_" of one name read one at a time as a space, at most
+# A segment in the form a redacted one takes: a file saved back under a name the index shows.
+_REDACTED_FORM = rx.compile(r"^REDACTED-[a-z0-9_]+(?:-[a-z0-9_]+)*-[0-9a-f]{10}$")
+NAME_KIND = "name"  # the "kind" of a name that only looked redacted: re-tagged, no finding
 
 
 def name_key(meta: dict[str, str]) -> tuple[str, dict[str, str]]:
@@ -225,48 +228,39 @@ def name_key(meta: dict[str, str]) -> tuple[str, dict[str, str]]:
     return key, {NAME_KEY: key}
 
 
-# A name DLP cannot find anything in, checked without running it (most names, at ~1 ms a
-# name for the full check): short words and numbers between separators, under 7 digits. Every
-# kind DLP finds needs more: a long token, 7+ digits, "@", ":" or "=" (tests/test_ingest.py
-# checks the shortcut against the full check).
-_PLAIN = rx.compile(r"^[A-Za-z0-9._+~ -]{0,200}$")
-_TOKEN = rx.compile(r"[A-Za-z0-9]{13,}")
-
-
-def _plain(stem: str) -> bool:
-    return bool(_PLAIN.match(stem)) and not _TOKEN.search(stem) and sum(c.isdigit() for c in stem) < 7
-
-
 def _segment(part: str, last: bool, key: str, presidio: bool) -> tuple[str, list]:
-    """One path segment as DLP leaves it, and its findings. A name is read as written and with
-    its separators as spaces ("backup_AKIA....txt": the key is a word of its own there); a
-    segment with any finding is replaced whole, keeping only a file's extension, by
-    ``REDACTED-<kinds>-<tag>``: the tag (a keyed hash of the segment as written) keeps two files
-    named like different keys apart, the same file under the same id in every run and on
-    every worker, and tells nothing of the value without the store's key."""
+    """One path segment as written, as DLP leaves it, and its findings. A name is read as
+    written; with its separators as spaces ("backup_AKIA....txt": the key is a word of its own
+    there); and with each "_" alone as a space (a key whose own form holds "_", "old_sk_live_...":
+    the other separators already end a word). A segment with any finding is replaced whole,
+    keeping only a file's extension, by ``REDACTED-<kinds>-<tag>``: the tag (a keyed hash of the
+    segment as written) keeps two files named like different keys apart, the same file under
+    the same id in every run and on every worker, and tells nothing of the value without the
+    store's key. A name already in that form (a file saved back under the id it was shown as)
+    is tagged again, so it never takes another file's id."""
     m = _EXT.match(part) if last else None
     stem, ext = (m.group(1), m.group(2)) if m else (part, "")
-    if _plain(stem) and not presidio:
-        return part, []
-    found = guard.redact(stem, deep=presidio)[1]
-    # Also read with the separators as spaces (a key between words), and with one separator at
-    # a time as a space: a key whose own form holds "_" (sk_live_..., ghp_...) after "old_".
-    seps = [i for i, c in enumerate(stem) if c in _SEPARATOR_CHARS][:MAX_NAME_PROBES]
-    probes = [stem.translate(_SEPARATORS)] + [f"{stem[:i]} {stem[i + 1:]}" for i in seps] if seps else []
+    tag = hmac.new(key.encode(), part.encode("utf-8", "surrogatepass"), hashlib.sha256).hexdigest()[:10]
+    if _REDACTED_FORM.match(stem):
+        return f"REDACTED-{NAME_KIND}-{tag}{ext}", []
+    # Read whole: what looks like an extension may end the value ("alice@corp.com").
+    found = guard.redact(part, deep=presidio)[1]
+    unders = [i for i, c in enumerate(part) if c == "_"][:MAX_NAME_PROBES]
+    spaced = part.translate(_SEPARATORS)
+    probes = ([spaced] if spaced != part else []) + [f"{part[:i]} {part[i + 1:]}" for i in unders]
     for probe in probes:
         seen = {f.kind for f in found}
         found += [f for f in guard.redact(probe, deep=presidio)[1] if f.kind not in seen]
     if not found:
         return part, []
     kinds = "-".join(sorted({f.kind for f in found})[:2])
-    tag = hmac.new(key.encode(), part.encode("utf-8", "surrogatepass"), hashlib.sha256).hexdigest()[:10]
     return f"REDACTED-{kinds}-{tag}{ext}", found
 
 
 def redacted_id(name: str, key: str, presidio: bool = False) -> tuple[str, dict[str, int]]:
-    """A document id or collection name through the same DLP as the text (#33), and what was
-    found in it (kinds and counts, never values); ``name`` itself when nothing is found.
-    Redacting a redacted id finds nothing more: it is a fixed point."""
+    """A name as written (a document's path, several segments) through the same DLP as the
+    text (#33), and what was found in it (kinds and counts, never values); ``name`` itself
+    when nothing is found. Only ever given names as written: an id it made is not read again."""
     parts = name.split("/")
     out, found = [], []
     for i, part in enumerate(parts):
@@ -276,14 +270,20 @@ def redacted_id(name: str, key: str, presidio: bool = False) -> tuple[str, dict[
     return "/".join(out), guard.summary(found)
 
 
-def dlp_named(doc: Document, settings: Settings, key: str) -> tuple[Document, dict[str, int]]:
-    """``doc`` under the id its settings store it by, and what DLP found in its name: under
-    ``--dlp redact`` the redacted id (``redacted_id``); under ``label`` the name as written (its
-    findings restrict the document); under ``off`` as written, nothing read."""
+def stored_name(name: str, settings: Settings, key: str) -> tuple[str, dict[str, int]]:
+    """``name`` as written -> the name its settings store it under, and what DLP found in it:
+    under ``--dlp redact`` the redacted id (``redacted_id``); under ``label`` the name as written
+    (its findings restrict the document); under ``off`` as written, nothing read."""
     if settings.dlp == "off":
-        return doc, {}
-    safe, found = redacted_id(doc.path, key, settings.dlp_presidio)
-    return (_renamed(doc, safe) if settings.dlp == "redact" and safe != doc.path else doc), found
+        return name, {}
+    safe, found = redacted_id(name, key, settings.dlp_presidio)
+    return (safe if settings.dlp == "redact" else name), found
+
+
+def dlp_named(doc: Document, settings: Settings, key: str) -> tuple[Document, dict[str, int]]:
+    """``doc`` (named as written) under the id its settings store it by, and its name's findings."""
+    name, found = stored_name(doc.path, settings, key)
+    return (doc if name == doc.path else _renamed(doc, name)), found
 
 
 _MARK = rx.compile(r"(?:^|/)REDACTED-([a-z0-9_]+(?:-[a-z0-9_]+)?)-[0-9a-f]{10}(?:\.|/|$)")
@@ -296,13 +296,7 @@ def name_findings(doc_id: str, settings: Settings) -> dict[str, int]:
         return redacted_id(doc_id, "", settings.dlp_presidio)[1]
     if settings.dlp != "redact":
         return {}
-    return dict(Counter(k for m in _MARK.finditer(doc_id) for k in m.group(1).split("-")))
-
-
-def other_forms(raw: str, stored: str, key: str, presidio: bool) -> set[str]:
-    """The ids the same document may be stored under from before (its name as written, or
-    redacted under another ``--dlp`` mode), other than ``stored``: stale copies to remove."""
-    return {raw, redacted_id(raw, key, presidio)[0]} - {stored}
+    return dict(Counter(k for m in _MARK.finditer(doc_id) for k in m.group(1).split("-") if k != NAME_KIND))
 
 
 def collection_of(doc_id: str, roots: dict[str, str]) -> str:
@@ -712,15 +706,17 @@ class Source:
     collection: str  # the ids' first segment ("" = unqualified), as stored
     written: str = ""  # the collection's name as written, where DLP stores another (#33)
 
-    def doc_id(self, doc: Document, as_written: bool = False) -> str:
-        """``doc``'s id before its name goes through DLP (``as_written``: the collection's name too)."""
-        # A file's id is its path under the collection's root; a .jsonl record names its own
-        # document, so it is rooted at the collection whatever folder the file sits in.
+    def rest(self, doc: Document) -> str:
+        """``doc``'s id after its collection, as written: a file's path under the collection's
+        root; a .jsonl record names its own document, rooted at the collection whatever folder
+        the file sits in."""
         base = self.path if self.path.is_dir() else self.path.parent
         sub = "" if self.path == self.root or dict(doc.meta).get("from_file") else base.relative_to(self.root).as_posix()
-        collection = (self.written or self.collection) if as_written else self.collection
-        parts = [p for p in (collection, "" if sub == "." else sub, doc.path) if p]
-        return "/".join(parts)
+        return "/".join(p for p in ("" if sub == "." else sub, doc.path) if p)
+
+    def doc_id(self, doc: Document) -> str:
+        """``doc``'s id with every name as written (the collection's too)."""
+        return "/".join(p for p in (self.written or self.collection, self.rest(doc)) if p)
 
 
 COLLECTION_KEY = "collection:"  # store meta: collection name -> the folder its ids are rooted at
@@ -762,7 +758,7 @@ def _collection(source: Source, settings: Settings, key: str) -> Source:
     """``source`` with its collection's name as stored: through DLP as a document's name (#33)."""
     if settings.dlp != "redact" or not source.collection:
         return source
-    safe = redacted_id(source.collection, key, settings.dlp_presidio)[0]
+    safe = _segment(source.collection, False, key, settings.dlp_presidio)[0]
     return source if safe == source.collection else replace(source, collection=safe, written=source.collection)
 
 
@@ -829,7 +825,8 @@ def ingest_paths(
                 held[doc.path] = reasons
                 held_files[doc.path] = str(current[0].resolve())
                 quick.held(current[0])
-                continue  # held: whatever is stored of it stays, under whichever name
+                corpus.loaded.update(got.stale)  # held: whatever is stored of it stays, under whichever name
+                continue
             corpus.replaced += got.stale
             yield doc, origin
 
@@ -989,6 +986,7 @@ class Held:
     doc: str
     reasons: list[str]
     file: str
+    stale: tuple[str, ...] = ()  # the same document stored under another form of its name: it stays
 
 
 @dataclass(frozen=True)
@@ -1039,7 +1037,7 @@ def prepare_files(files: Iterable[tuple[Source, Path, str]], plan: Plan, count_t
         taken = stored_as_is(doc, plan.existing, plan.settings, plan.digest)
         reasons = screen(doc, current[0]) if screen is not None and current and not taken else []
         if reasons:
-            out.append(Held(doc.path, reasons, str(current[0].resolve())))
+            out.append(Held(doc.path, reasons, str(current[0].resolve()), got.stale))
             continue
         ready = plan.prepare(doc, origin, count_tokens)
         named_by = f"{record_of}: {d.path}" if record_of else ""
@@ -1066,27 +1064,30 @@ def source_document(source: Source, doc: Document, existing: dict[str, DocRecord
     that would overwrite one from another source. The id goes through DLP as the text does
     (``dlp_named``): a file named like a key is stored, listed and cited under a redacted id."""
     origin = _origin(source.path, dict(doc.meta).get("from_file", doc.path))
-    raw = source.doc_id(doc, as_written=True)
-    doc = dlp_named(_renamed(doc, source.doc_id(doc)), settings, key)[0]
-    doc_id = doc.path
+    rest = source.rest(doc)
+    red = redacted_id(rest, key, settings.dlp_presidio)[0]  # read once: every name form below is made from it
+    doc_id = "/".join(p for p in (source.collection, red if settings.dlp == "redact" else rest) if p)
+    # The same file's document as an index may hold it from before: under its name as written
+    # (before names went through DLP, or --dlp label/off), or redacted (under --dlp redact).
+    written = source.written or source.collection
+    redacted = _segment(written, False, key, settings.dlp_presidio)[0] if written else ""
+    forms = {source.doc_id(doc), "/".join(p for p in (redacted, red) if p)}
+    doc = _renamed(doc, doc_id)
     owner = existing.get(doc_id)
     if owner is not None and owner.collection != source.collection:
         raise CorpusError(f"{doc_id!r} is already indexed from another source ({owner.collection or 'no collection'}); "
                           "ingest this path under another name with --collection NAME")
     if dict(doc.meta).get("from_file") and owner is not None and owner.origin and owner.origin != origin:
-        raise CorpusError(f"{dict(doc.meta)['from_file']}: a record claims document {doc_id!r}, which comes from "
-                          f"{Path(owner.origin).name}; records may only name documents of their own file "
-                          "(rename the record's \"doc\")")
-    stale = tuple(sorted(o for o in other_forms(raw, doc_id, key, settings.dlp_presidio)
-                         if (r := existing.get(o)) is not None and r.origin and r.origin == origin))
+        raise CorpusError(f"{dict(doc.meta)['from_file']}: a record claims document {doc_id!r}, which another file "
+                          "provides; records may only name documents of their own file (rename the record's \"doc\")")
+    stale = tuple(sorted(o for o in forms - {doc_id} if (r := existing.get(o)) is not None and r.origin == origin != ""))
     return Sourced(doc, origin, stale)
-
 
 
 def _renamed(doc: Document, doc_id: str) -> Document:
     """``doc`` under id ``doc_id`` (its ready-made chunks too), with a title for filters."""
     meta = dict(doc.meta)
-    meta.setdefault("title", title_of(doc))
+    meta.setdefault("title", title_of(replace(doc, path=doc_id)))  # a file's name as stored, never as written
     if doc_id == doc.path:
         return replace(doc, meta=tuple(meta.items()))
     pre = tuple(replace(c, doc=doc_id, id=f"{doc_id}#{c.index}") for c in doc.prechunked)
