@@ -551,6 +551,37 @@ def test_a_held_version_keeps_the_stored_one_under_its_old_name(tmp_path, store)
         assert list(store.documents()) == [f"{AWS}.md"] and len(report.held) == 1 and not report.removed and not report.gone
 
 
+def test_a_key_named_collection_keeps_its_redacted_name_as_the_folder_grows(tmp_path, store):
+    """A known collection's stored name is its name: a second ingest of the folder, a new file in
+    it, or one file of it given alone never redacts it again (the folder stays one collection)."""
+    docs = write(tmp_path / AWS, {"a.md": body("storage")})
+    ingest_paths(store, [docs], DEFAULT)
+    write(docs, {"b.md": body("notes")})
+    ingest_paths(store, [docs], DEFAULT)
+    ingest_paths(store, [docs / "a.md"], DEFAULT)
+    assert len({d.split("/")[0] for d in store.documents()}) == 1 and len(store.documents()) == 2
+    (docs / "a.md").unlink()
+    assert len(ingest_paths(store, [docs], DEFAULT, prune=True).removed) == 1
+
+
+def test_a_front_matter_field_named_like_a_key_is_dropped(tmp_path, store):
+    """A field's name is a name like a file's: one holding a key is not kept as a filter field."""
+    token = "ghp_" + "1234567890abcdefghijklmnopqrstuvwxyzAB"
+    docs = write(tmp_path / "ops", {"a.md": f"---\n{token}: yes\nowner: platform\n---\n# Notes\n\nRotate monthly."})
+    report = ingest_paths(store, [docs], DEFAULT, collection="")
+    (record,) = store.documents().values()
+    assert token not in str(record.meta) and dict(record.meta)["owner"] == "platform"
+    assert report.findings["a.md"] == {"github_token": 1}
+
+
+def test_a_records_name_keeps_no_made_up_extension(tmp_path, store):
+    """Only a format the loaders read counts as an extension: a record named "password.<value>"
+    does not keep its value as one."""
+    docs = write(tmp_path / "ops", {"recs.jsonl": '{"id": "r#0", "doc": "password.Zq7xK9p2", "text": "Toner is in room 4."}\n'})
+    ingest_paths(store, [docs], DEFAULT, collection="")
+    assert "Zq7xK9p2" not in str(list(store.documents()))
+
+
 def test_a_key_named_collection_is_redacted_and_still_prunes(tmp_path, store):
     """A collection named after its folder is a name like a document's: redacted, recorded on
     its documents (so --prune still finds what is gone), and moved when an index holds it raw."""
@@ -619,7 +650,8 @@ def test_whatever_dlp_finds_in_a_name_read_as_text_is_redacted(stem):
 
 
 @pytest.mark.parametrize("stem", ["password_Hunter2x9", "wifi_password_is_Tr0ub4dor", "glpat-rWcqFLm9_BBbKeP5Cxoe",
-                                  "backup_" + STRIPE, f"notes.{AWS}", "alice.smith@corp-mail.com"])
+                                  "backup_" + STRIPE, f"notes.{AWS}", "alice.smith@corp-mail.com",
+                                  "db_password=Zq7xK9p2mW", "notes password=Zq7xK9p2mW"])
 def test_names_a_review_found_taken_out(stem, tmp_path, store):
     """Names an outside review got past an earlier version: each is redacted in the id and in the
     title a document without a heading takes from its file's name."""

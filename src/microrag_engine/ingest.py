@@ -136,11 +136,19 @@ _OWN_META = frozenset({"pages"})  # meta the loaders write about the text itself
 
 def _dlp_meta(meta: tuple[tuple[str, str], ...], presidio: bool) -> tuple[tuple[tuple[str, str], ...], list]:
     """Front matter through the same DLP as the text: each field read as the "key: value" line
-    it was written as (so "db_password: zq7..." is a secret in its context). Filters match
-    stored values, so a redacted value can no longer be recovered by globbing ``where``."""
+    it was written as (so "db_password: zq7..." is a secret in its context), a field whose name
+    holds a finding dropped. Filters match stored values, so a redacted value can no longer be
+    recovered by globbing ``where``."""
     out, found = [], []
     for key, value in meta:
-        if key in _OWN_META or not value:
+        if key in _OWN_META:
+            out.append((key, value))
+            continue
+        named = guard.redact(key, deep=presidio)[1] or guard.redact(key.translate(_SEPARATORS), deep=presidio)[1]
+        if named:  # a field named like a secret ("ghp_...: yes"): no name to keep it under
+            found += named
+            continue
+        if not value:
             out.append((key, value))
             continue
         redacted, hits = guard.redact(f"{key}: {value}", deep=presidio)
@@ -239,15 +247,18 @@ def _segment(part: str, last: bool, key: str, presidio: bool) -> tuple[str, list
     store's key. A name already in that form (a file saved back under the id it was shown as)
     is tagged again, so it never takes another file's id."""
     m = _EXT.match(part) if last else None
-    stem, ext = (m.group(1), m.group(2)) if m else (part, "")
+    # Only a format the loaders read is an extension to keep: a record may name "password.Zq7x".
+    stem, ext = (m.group(1), m.group(2)) if m and m.group(2).lower() in SUPPORTED else (part, "")
     tag = hmac.new(key.encode(), part.encode("utf-8", "surrogatepass"), hashlib.sha256).hexdigest()[:10]
     if _REDACTED_FORM.match(stem):
         return f"REDACTED-{NAME_KIND}-{tag}{ext}", []
-    # Read whole: what looks like an extension may end the value ("alice@corp.com").
+    # Read whole (an extension may end the value: "alice@corp.com.md") and without the
+    # extension (DLP reads "password=x.md" as a path, "password=x" as a credential).
     found = guard.redact(part, deep=presidio)[1]
     unders = [i for i, c in enumerate(part) if c == "_"][:MAX_NAME_PROBES]
     spaced = part.translate(_SEPARATORS)
-    probes = ([spaced] if spaced != part else []) + [f"{part[:i]} {part[i + 1:]}" for i in unders]
+    probes = ([stem] if stem != part else []) + ([spaced] if spaced != part else []) + [
+        f"{part[:i]} {part[i + 1:]}" for i in unders]
     for probe in probes:
         seen = {f.kind for f in found}
         found += [f for f in guard.redact(probe, deep=presidio)[1] if f.kind not in seen]
@@ -755,8 +766,9 @@ def resolve_source(path: Path, name: str | None, known: dict[str, str], existing
 
 
 def _collection(source: Source, settings: Settings, key: str) -> Source:
-    """``source`` with its collection's name as stored: through DLP as a document's name (#33)."""
-    if settings.dlp != "redact" or not source.collection:
+    """``source`` with its collection's name as stored: through DLP as a document's name (#33).
+    A name already stored in the redacted form (a known collection's) is kept as it is."""
+    if settings.dlp != "redact" or not source.collection or _REDACTED_FORM.match(source.collection):
         return source
     safe = _segment(source.collection, False, key, settings.dlp_presidio)[0]
     return source if safe == source.collection else replace(source, collection=safe, written=source.collection)
