@@ -41,6 +41,11 @@ def cluster():
     every Ray on the machine)."""
     pytest.importorskip("ray", reason="the 'cluster' extra (ray) is not installed")
     temp = Path(tempfile.mkdtemp(prefix="mr-ray-"))  # short: Ray's socket paths must fit in 107 bytes
+    # A throw-away loopback cluster without token auth, whatever ~/.ray/auth_token another Ray
+    # run on this machine left behind (one made every cluster test fail with InvalidAuthToken).
+    # Set for this process, so the head, the drivers the tests start and ray.init all agree.
+    saved_mode = os.environ.get("RAY_AUTH_MODE")
+    os.environ["RAY_AUTH_MODE"] = "disabled"
     port = _free_port()
     cmd = [str(Path(sys.executable).parent / "ray"), "start", "--head", "--node-ip-address=127.0.0.1", f"--port={port}",
            "--num-cpus=2", f"--temp-dir={temp}", "--include-dashboard=false", "--disable-usage-stats",
@@ -59,6 +64,10 @@ def cluster():
             if not _signal_group(head.pid, sig):
                 break
         shutil.rmtree(temp, ignore_errors=True)
+        if saved_mode is None:
+            os.environ.pop("RAY_AUTH_MODE", None)
+        else:
+            os.environ["RAY_AUTH_MODE"] = saved_mode
 
 
 def _signal_group(pgid: int, sig: int) -> bool:
