@@ -659,3 +659,15 @@ def test_names_a_review_found_taken_out(stem, tmp_path, store):
     ingest_paths(store, [docs], DEFAULT, collection="")
     (record,) = store.documents().values()
     assert stem not in record.doc and stem not in str(record.meta) and record.doc.startswith("REDACTED-")
+
+
+def test_a_file_whose_name_is_not_utf8_is_skipped_with_a_warning(tmp_path, store, caplog):
+    """Undecodable bytes in a file name stopped the whole ingest with a traceback: the file is now
+    skipped with one warning and the rest goes in."""
+    import os
+
+    docs = write(tmp_path / "ops", {"notes.md": body("notes")})
+    (docs / os.fsdecode(b"bad\xff.md")).write_text(body("storage"))
+    with caplog.at_level("WARNING", logger="microrag"):
+        report = ingest_paths(store, [docs], DEFAULT, collection="")
+    assert report.added == ["notes.md"] and "not UTF-8" in caplog.text

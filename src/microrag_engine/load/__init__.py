@@ -109,13 +109,28 @@ def parse_upload(rel: str, text: str, markup: str = "clean") -> list[Document]:
 def iter_files(root: Path) -> Iterator[tuple[Path, str]]:
     """(file, doc path relative to ``root``) in sorted order; hidden entries skipped."""
     if root.is_file():
-        yield root, root.name
+        if _utf8(root.name):
+            yield root, root.name
+        else:
+            log.warning("skipping a file whose name is not UTF-8 (rename it)")
         return
     for path in sorted(root.rglob("*")):
         rel = path.relative_to(root).as_posix()
         if any(part.startswith(".") for part in Path(rel).parts) or not path.is_file():
             continue
+        if not _utf8(rel):  # undecodable bytes: no id could hold the name, nor DLP read it
+            log.warning("skipping a file whose name is not UTF-8 (rename it): %s",
+                        rel.encode("utf-8", "surrogateescape").decode("utf-8", "replace"))
+            continue
         yield path, rel
+
+
+def _utf8(name: str) -> bool:
+    try:
+        name.encode("utf-8")
+    except UnicodeEncodeError:
+        return False
+    return True
 
 
 def load_documents(paths: Iterable[str | Path], markup: str = "clean") -> list[Document]:
