@@ -716,6 +716,7 @@ class Source:
     root: Path  # the folder ids are relative to
     collection: str  # the ids' first segment ("" = unqualified), as stored
     written: str = ""  # the collection's name as written, where DLP stores another (#33)
+    redacted: str = ""  # the collection's redacted name, whatever --dlp stores (finds older forms)
 
     def rest(self, doc: Document) -> str:
         """``doc``'s id after its collection, as written: a file's path under the collection's
@@ -767,11 +768,14 @@ def resolve_source(path: Path, name: str | None, known: dict[str, str], existing
 
 def _collection(source: Source, settings: Settings, key: str) -> Source:
     """``source`` with its collection's name as stored: through DLP as a document's name (#33).
-    A name already stored in the redacted form (a known collection's) is kept as it is."""
-    if settings.dlp != "redact" or not source.collection or _REDACTED_FORM.match(source.collection):
-        return source
+    A name already stored in the redacted form (a known collection's) is kept as it is. Read
+    once per source: each document's older name forms are made from ``redacted``."""
+    if not source.collection or _REDACTED_FORM.match(source.collection):
+        return replace(source, redacted=source.collection)
     safe = _segment(source.collection, False, key, settings.dlp_presidio)[0]
-    return source if safe == source.collection else replace(source, collection=safe, written=source.collection)
+    if settings.dlp != "redact" or safe == source.collection:
+        return replace(source, redacted=safe)
+    return replace(source, collection=safe, written=source.collection, redacted=safe)
 
 
 def ingest_paths(
@@ -1081,9 +1085,7 @@ def source_document(source: Source, doc: Document, existing: dict[str, DocRecord
     doc_id = "/".join(p for p in (source.collection, red if settings.dlp == "redact" else rest) if p)
     # The same file's document as an index may hold it from before: under its name as written
     # (before names went through DLP, or --dlp label/off), or redacted (under --dlp redact).
-    written = source.written or source.collection
-    redacted = _segment(written, False, key, settings.dlp_presidio)[0] if written else ""
-    forms = {source.doc_id(doc), "/".join(p for p in (redacted, red) if p)}
+    forms = {source.doc_id(doc), "/".join(p for p in (source.redacted, red) if p)}
     doc = _renamed(doc, doc_id)
     owner = existing.get(doc_id)
     if owner is not None and owner.collection != source.collection:
