@@ -17,6 +17,11 @@ def test_override_rejects_unknown_knobs_and_impossible_values():
     with pytest.raises(ConfigError, match="choose one of"):
         override(preset("default"), fusion="sum")
     assert override(preset("default"), top_k=None).top_k == preset("default").top_k  # None = leave as is
+    with pytest.raises(ConfigError, match="answer_rerank"):
+        override(preset("default"), answer_rerank=0)
+    with pytest.raises(ConfigError, match="answer_min_answers"):
+        override(preset("default"), answer_min_answers=1.5)
+    assert preset("default").answer_model == preset("seed").answer_model == ""  # none ships
 
 
 def test_environment_is_read_here(monkeypatch):

@@ -167,3 +167,63 @@ def test_a_statement_followed_by_a_question_is_quoted_without_the_question():
     text = "# Widgets\n\nThe widget is configured in widget.toml. Why does that matter?"
     ans = extractive_answer("where is the widget configured?", retrieval("q", text))
     assert "widget.toml" in ans and "Why does that matter?" not in ans
+
+
+class _Reader:
+    """Stands in for the answer model: a passage answers when it holds ``word``."""
+
+    def __init__(self, word: str, blend: float = 1.0, floor: float | None = None) -> None:
+        self.word, self.read = word, []
+        self.config = {"blend": blend, "microrag": {} if floor is None else {"min_answers": floor}}
+
+    def logits(self, pairs):
+        self.read += [p for _, p in pairs]
+        return np.array([[4.0 if self.word in p else -4.0] for _, p in pairs], dtype=np.float32)
+
+
+def test_the_answer_model_reorders_only_the_selectors_best_and_never_lifts_an_unread_passage():
+    from microrag_engine.generate import read_answers
+
+    logit = np.array([3.0, 2.0, 1.0, 0.5])
+    shown = ["a: one", "b: two answer", "c: three answer", "d: four"]
+    reader = _Reader("answer")
+    out, p = read_answers("q?", shown, logit, 2, reader)
+    assert reader.read == ["a: one", "b: two answer"]  # the two best, best first
+    assert int(np.argmax(out)) == 1  # the read says the second answers: it leads now
+    assert out[1] == 3.0 and out[0] == 2.0  # with the selector's own values: only the order moved
+    assert out[2] < out[0] and out[3] < out[2]  # unread ones keep their order, below every read one
+    assert p == pytest.approx(1 / (1 + np.exp(-4.0)))
+
+
+def test_the_answerer_refuses_when_the_answer_model_finds_no_passage_that_answers():
+    r = retrieval("how many vacation days do I get?", LEAVE)
+    said = extract(r.query, r, learned=True, reader=_Reader("kerberos", floor=0.5))  # the floor the model came with
+    assert said.text == NOT_IN_DOCUMENTS and said.refusal == "no passage in the documents answers it"
+    assert extract(r.query, r, learned=True, reader=_Reader("kerberos", floor=0.5), min_answers=0.0).refusal == ""
+    assert extract(r.query, r, learned=False, reader=_Reader("kerberos", floor=0.5)).refusal == ""  # hand-set: not read
+    said = extract(r.query, r, learned=True, reader=_Reader("20 paid"), min_answers=0.5)
+    assert said.refusal == "" and said.text.startswith("Full-time employees receive 20 paid vacation days")
+
+
+def test_a_missing_answer_model_folder_is_one_clear_error(tmp_path):
+    from microrag_engine.config import override
+    from microrag_engine.errors import ModelMissingError
+
+    engine = Engine.from_paths([demo_corpus()], override(preset("default"), embedder="hash",
+                                                         answer_model=str(tmp_path / "nowhere")))
+    with pytest.raises(ModelMissingError, match="is not a model folder"):
+        engine.ask("how many vacation days do I get?")
+
+
+@needs_models
+def test_an_answer_model_folder_is_read_through_the_engine():
+    """Any cross-encoder folder plugs in (here the shipped NLI model, its first logit read as
+    'answers'): its read reaches the answer, and its floor refuses."""
+    from microrag_engine.config import override
+    from microrag_engine.runtime.onnx import shipped_dir
+
+    engine = Engine.from_paths([demo_corpus()], override(preset("default"), answer_model=str(shipped_dir("nli"))))
+    assert "20 paid vacation days" in engine.ask("how many vacation days do I get?").text
+    engine.settings = override(engine.settings, answer_min_answers=0.9999)
+    ans = engine.ask("how many vacation days do I get?")
+    assert ans.refused and ans.reason == "no passage in the documents answers it"

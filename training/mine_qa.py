@@ -140,7 +140,7 @@ def mine_page(path: Path, corpus: str) -> list[dict]:
         answers = list(dict.fromkeys(a for _, a in items))
         if len(answers) < 3:
             continue  # too few others on the page to be hard negatives
-        for i, (q, a) in enumerate(items):
+        for q, a in items:
             others = [x for x in answers if x != a]
             start = int(hashlib.sha256(q.encode()).hexdigest(), 16) % len(others)
             negs = (others[start:] + others[:start])[:MAX_NEG]

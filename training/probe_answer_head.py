@@ -18,7 +18,6 @@ import json
 import os
 import platform
 import subprocess
-import sys
 from pathlib import Path
 
 import numpy as np

@@ -96,6 +96,14 @@ class Settings:
     # which passage to quote: the trained selector (models/selector, training/build_selector.py)
     # or the hand-set score (support plus small priors)
     answer_selector: bool = True
+    # an answer model (a cross-encoder folder built by training/train_selector.py; none ships:
+    # it lowered facts on the sets it was not trained on, training/ANSWER_MODEL.md) reads the
+    # selector's best ``answer_rerank`` passages; the answerer refuses when it gives none of
+    # them ``answer_min_answers`` probability of answering (None: the floor calibrated with
+    # the model on the QA dev sets, in its config.json)
+    answer_model: str = ""
+    answer_rerank: int = 6
+    answer_min_answers: float | None = None
     # step 6 - verify answers (NLI): "shipped", "llm", or a model folder
     nli: str = "shipped"
     verify_policy: str = "flag"  # flag | drop | refuse unsupported sentences
@@ -133,7 +141,8 @@ class Settings:
             raise ConfigError(f"w_kw must be between 0 and 1, got {self.w_kw}")
         if self.top_k < 1:
             raise ConfigError(f"top_k must be at least 1, got {self.top_k}")
-        for name in ("min_entail", "min_contra", "w_rerank", "answer_min_support", "answer_max_missing", "answer_rescue_sem"):
+        for name in ("min_entail", "min_contra", "w_rerank", "answer_min_support", "answer_max_missing", "answer_rescue_sem",
+                     "answer_min_answers"):
             v = getattr(self, name)
             if v is not None and not 0.0 <= v <= 1.0:
                 raise ConfigError(f"{name} must be between 0 and 1, got {v}")
@@ -144,6 +153,8 @@ class Settings:
             raise ConfigError(f"rerank_depth must be at least 1, got {self.rerank_depth}")
         if self.w_long_doc < 0 or self.long_doc_chunks < 1:
             raise ConfigError(f"w_long_doc must be >= 0 and long_doc_chunks >= 1, got {self.w_long_doc}, {self.long_doc_chunks}")
+        if not 1 <= self.answer_rerank <= 32:
+            raise ConfigError(f"answer_rerank must be between 1 and 32, got {self.answer_rerank}")
         if not 0 <= self.context_chunks <= 4:
             raise ConfigError(f"context_chunks must be between 0 and 4, got {self.context_chunks}")
         if self.max_per_source < 0:

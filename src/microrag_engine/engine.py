@@ -28,7 +28,7 @@ from .augment import build_messages, citation, citation_of
 from .chunk import chunk_documents
 from .config import LLMConfig, Settings, override
 from .errors import ConfigError, CorpusError, MicroRAGError
-from .generate import Relevance, extract, relevance
+from .generate import Relevance, extract, load_answer_model, relevance
 from .index import Index, build_index
 from .index.ann import HNSW, faiss_available
 from .index.embed import Embedder, make_embedder
@@ -586,8 +586,10 @@ class Engine:
         if llm is None or retrieval.refused:
             s = self.settings
             asked = retrieval.query if history else query
+            reader = load_answer_model(s.answer_model) if s.answer_model else None
             said = extract(asked, retrieval, self.index.embedder, retrieval.weight, s.answer_min_support,
-                           s.answer_max_missing, s.answer_rescue_sem, s.answer_selector)
+                           s.answer_max_missing, s.answer_rescue_sem, s.answer_selector, reader, s.answer_rerank,
+                           s.answer_min_answers)
             if on_piece:
                 on_piece(said.text)
             ans = Answer(said.text, "extractive", retrieval, flags=list(notes), refused=bool(said.refusal),

@@ -19,8 +19,13 @@ such as "how many" or "use" counts not at all) and its MiniLM cosine to the quer
 (for the 12 most promising). Before quoting, answerability: refuse when the query's
 distinctive words are absent from every retrieved chunk and no passage is close in
 meaning, or when no passage supports an answer at all (thresholds calibrated on the
-QA dev sets: benchmarks/results/qa.md). Then the best passage, and others that score
-nearly as well and add a query word, up to four, each with its citation.
+QA dev sets: benchmarks/results/qa.md). Which passage answers is learned: a linear
+selector over features of every candidate (``models/selector``); optionally an answer
+model - a cross-encoder that reads the question with each of the selector's best six,
+whose read is blended in and which refuses when none answers (``answer_model``; none
+ships: it lowered facts on the sets it was not trained on, training/ANSWER_MODEL.md).
+Then the best passage, and others that score nearly as well and add a query word, up
+to four, each with its citation.
 This module does not retrieve; it answers from what it is given.
 """
 
@@ -33,12 +38,14 @@ from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from functools import lru_cache
 from importlib.resources import files
+from pathlib import Path
 
 import numpy as np
 
 from . import rx
 from .augment import citation
 from .index.embed import Embedder
+from .runtime.crossencoder import CrossEncoder, load_encoder
 from .text import bm25_tokens, is_code, sentence_spans
 from .types import NOT_IN_DOCUMENTS, Retrieval
 
@@ -204,6 +211,7 @@ class Scores:
     rel: Relevance  # per passage
     total: np.ndarray  # per passage: the selector's score, else support plus small priors (see score_units)
     features: np.ndarray  # per passage: what the selector reads (FEATURES)
+    answers: float | None = None  # the answer model's probability that its best-read passage answers; None: not run
 
 
 # What the answer selector reads of a candidate passage: the two legs as the answerer
@@ -266,12 +274,48 @@ def selector() -> np.ndarray | None:
     return np.array(meta["weights"], dtype=np.float32)
 
 
+@lru_cache(maxsize=2)
+def load_answer_model(folder: str | Path) -> CrossEncoder:
+    """The answer model in ``folder`` (training/train_selector.py builds one; none ships:
+    training/ANSWER_MODEL.md), loaded once. A missing or broken folder is a ``ModelMissingError``."""
+    return load_encoder(Path(folder))
+
+
+def answers_floor(min_answers: float | None, reader: CrossEncoder) -> float:
+    """``min_answers``, or when None the floor calibrated with the model on the QA dev
+    sets (its config.json, written by training/train_selector.py; 0 when absent)."""
+    if min_answers is not None:
+        return min_answers
+    return float(reader.config.get("microrag", {}).get("min_answers", 0.0))
+
+
+def read_answers(query: str, shown: Sequence[str], logit: np.ndarray, top: int,
+                 model: CrossEncoder) -> tuple[np.ndarray, float]:
+    """The selector's logits with the ``top`` best candidates put in the order of the
+    selector's logit plus the answer model's read (``blend`` from its config: chosen on
+    validation questions it never trained on), and the model's probability that the best
+    of them answers the question at all.
+
+    Only the order moves: the ``top`` keep the selector's own values, handed out in the new
+    order. Adding the read to the logits sharpened the odds, so fewer passages cleared
+    ``NEARLY_ODDS`` and answers lost facts (git's QA set: 0.51 -> 0.44; reordered: 0.53).
+    Candidates the model did not read keep their place below the ones it did."""
+    first = [int(i) for i in np.argsort(-logit, kind="stable")[:top]]
+    read = model.logits([(query, shown[i]) for i in first])[:, 0]
+    mixed = logit[first] + float(model.config.get("blend", 1.0)) * read
+    out = logit.copy()
+    out[first] = np.sort(logit[first])[::-1][np.argsort(np.argsort(-mixed, kind="stable"))]
+    return out, float(1.0 / (1.0 + np.exp(-read.max())))
+
+
 def score_units(query: str, retrieval: Retrieval, embedder: Embedder | None = None,
-                weight: Callable[[str], float] | None = None, learned: bool = False) -> Scores:
+                weight: Callable[[str], float] | None = None, learned: bool = False,
+                reader: CrossEncoder | None = None, rerank: int = 6) -> Scores:
     """Score every candidate passage of the retrieved chunks against ``query``.
 
     A passage is scored whole, not by its anchor unit alone: a signature is judged with
-    the description it introduces, a lead-in with its list or code.
+    the description it introduces, a lead-in with its list or code. ``reader``: an answer
+    model that reads the learned selector's best ``rerank`` passages (None: not run).
     """
     units = units_of(retrieval)
     bounds: dict[int, tuple[int, int]] = {}  # a hit's units are contiguous: [first, last + 1)
@@ -305,17 +349,20 @@ def score_units(query: str, retrieval: Retrieval, embedder: Embedder | None = No
     features = passage_features(query, units, spans, texts, rel, chosen if embedder is not None else [],
                                 len(retrieval.hits), own)
     model = selector() if learned and spans else None
+    answers = None
     if model is not None:
         # Which passage answers, as learned (training/build_selector.py): a softmax over the
         # candidates, each scored by its odds against the best (1.0), so NEARLY_ODDS and
         # TIED_ODDS read as "this much as likely to be the answer".
         logit = features @ model
+        if reader is not None and rerank > 0:
+            logit, answers = read_answers(query, shown, logit, rerank, reader)
         total = np.exp(logit - logit.max())
     else:
         total = rel.support + RANK_PRIOR * np.array([1.0 / (1 + units[span[0]].hit) for span in spans])
         if _WANTS_NUMBER.search(query):
             total += 0.05 * np.array([bool(_HAS_NUMBER.search(t)) for t in texts])
-    return Scores(units, spans, rel, total, features)
+    return Scores(units, spans, rel, total, features, answers)
 
 
 @dataclass(frozen=True)
@@ -415,24 +462,33 @@ class Extracted:
 
 def extractive_answer(query: str, retrieval: Retrieval, embedder: Embedder | None = None,
                       weight: Callable[[str], float] | None = None, min_support: float = 0.0,
-                      max_missing: float = 1.0, rescue_sem: float = 0.0, learned: bool = False) -> str:
+                      max_missing: float = 1.0, rescue_sem: float = 0.0, learned: bool = False,
+                      reader: CrossEncoder | None = None, rerank: int = 6, min_answers: float | None = None) -> str:
     """Quote the passages of the retrieved chunks that answer ``query``, each cited,
     or say what the documents do not cover (see the module doc). ``learned``: pick the
-    passages with the trained selector, not the hand-set score."""
-    return extract(query, retrieval, embedder, weight, min_support, max_missing, rescue_sem, learned).text
+    passages with the trained selector, not the hand-set score; ``reader``: an answer
+    model that reads the selector's best ``rerank``, and refuses when it gives none of them
+    ``min_answers`` probability of answering (None: its calibrated floor, ``answers_floor``)."""
+    return extract(query, retrieval, embedder, weight, min_support, max_missing, rescue_sem, learned,
+                   reader, rerank, min_answers).text
 
 
 def extract(query: str, retrieval: Retrieval, embedder: Embedder | None = None,
             weight: Callable[[str], float] | None = None, min_support: float = 0.0,
-            max_missing: float = 1.0, rescue_sem: float = 0.0, learned: bool = False) -> Extracted:
+            max_missing: float = 1.0, rescue_sem: float = 0.0, learned: bool = False,
+            reader: CrossEncoder | None = None, rerank: int = 6, min_answers: float | None = None) -> Extracted:
     """:func:`extractive_answer`, with the refusal's reason apart from its text."""
     if retrieval.refused or not retrieval.hits:
         why = retrieval.reason or "nothing retrieved answers it"
         return Extracted(NOT_IN_DOCUMENTS, why)
-    scores = score_units(query, retrieval, embedder, weight, learned)
+    scores = score_units(query, retrieval, embedder, weight, learned, reader, rerank)
     verdict = judge(scores.rel, min_support, max_missing, rescue_sem)
     if not verdict.answerable:
         return Extracted(NOT_IN_DOCUMENTS, verdict.reason)
+    if scores.answers is not None and reader is not None and scores.answers < answers_floor(min_answers, reader):
+        # Every word may be there ("replication" in "source-code history replicated"):
+        # the answer model read the best passages and none says what was asked.
+        return Extracted(NOT_IN_DOCUMENTS, "no passage in the documents answers it")
     if not scores.spans:  # only headings and bare questions: nothing that says anything
         return Extracted(NOT_IN_DOCUMENTS, "no passage in the documents answers it")
     units, spans, total = scores.units, scores.spans, scores.total
