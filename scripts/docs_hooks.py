@@ -31,6 +31,7 @@ MOUNTED = (
     "benchmarks/results/*.png",
     "src/microrag_engine/models/MODEL_CARD.md",
     "training/RERANKER.md",
+    "training/ANSWER_MODEL.md",
 )
 CLI_MARKER = "<!-- cli-help -->"
 HELP_WIDTH = "100"  # argparse wraps at $COLUMNS: fixed, so the page does not depend on the terminal
