@@ -174,6 +174,8 @@ def main() -> int:
                     help="with --measure: also answer with this answer-model folder (training/train_selector.py)")
     ap.add_argument("--llm", action="store_true", help="also answer with the LLM at LLM_BASE_URL (the LLM path's rows)")
     args = ap.parse_args()
+    if args.answer_model and not args.measure:
+        ap.error("--answer-model goes with --measure")
     if args.measure:
         return measure(args.sets, args.answer_model)
     base = preset("default")
@@ -300,6 +302,12 @@ GOALS = {"fact_recall": (">=", 0.80), "hit@4": (">=", 0.95), "refused_unanswerab
          "false_refusals": ("<=", 0.05), "answer_ms_p50": ("<=", 150.0)}  # the answers issue's, on test and outside sets
 
 
+def trained_on(folder: str) -> str:
+    """What an answer model's config says it was trained on (training/train_selector.py)."""
+    cfg = json.loads((Path(folder) / "config.json").read_text())
+    return ", ".join(f"{k} {v}" for k, v in cfg.get("trained_on", {}).items()) or "not recorded"
+
+
 def measure(names: list[str], answer_model: str = "") -> int:
     """Every set at the shipped defaults, with and without the answer's context (neighbour
     chunks): writes benchmarks/results/qa-sets.md and the sets' expected figures."""
@@ -345,9 +353,9 @@ def measure(names: list[str], answer_model: str = "") -> int:
               f"(answered questions) / answer ms p50, with the defaults; with the hits alone (no neighbour chunks; the "
               f"default is {base.context_chunks} each side); with the hand-set passage score instead of the trained "
               "selector (fitted on the dev sets' questions: its dev figures are in-sample)"
-              + ("; and with the answer model (a cross-encoder, not shipped, that reads the selector's best "
-                 f"{base.answer_rerank} passages: training/ANSWER_MODEL.md; trained on mined pairs and the handbook "
-                 "and flask sets, validated on git's)" if answer_model else "") + ".", "",
+              + (f"; and with the answer model in `{answer_model}` (a cross-encoder, not shipped, that reorders "
+                 "the selector's best passages: training/ANSWER_MODEL.md; questions it was trained on, per source: "
+                 f"{trained_on(answer_model)})" if answer_model else "") + ".", "",
               "| set | role | " + " | ".join(variants) + " |", "|---|---|" + "---|" * len(variants), *variant_rows]
     RESULTS.mkdir(parents=True, exist_ok=True)
     (RESULTS / "qa-sets.md").write_text("\n".join(lines) + "\n")

@@ -22,6 +22,8 @@ def test_override_rejects_unknown_knobs_and_impossible_values():
     with pytest.raises(ConfigError, match="answer_min_answers"):
         override(preset("default"), answer_min_answers=1.5)
     assert preset("default").answer_model == preset("seed").answer_model == ""  # none ships
+    with pytest.raises(ConfigError, match="needs answer_selector"):
+        override(preset("default"), answer_model="build/select-nli/onnx", answer_selector=False)
 
 
 def test_environment_is_read_here(monkeypatch):

@@ -193,6 +193,23 @@ def test_the_answer_model_reorders_only_the_selectors_best_and_never_lifts_an_un
     assert out[1] == 3.0 and out[0] == 2.0  # with the selector's own values: only the order moved
     assert out[2] < out[0] and out[3] < out[2]  # unread ones keep their order, below every read one
     assert p == pytest.approx(1 / (1 + np.exp(-4.0)))
+    tied, _ = read_answers("q?", shown, np.array([3.0, 2.0, 2.0, 2.0]), 2, reader)
+    assert (tied[2:] < tied[:2].min()).all()  # a tie with the lowest read one is broken below it
+
+
+def test_a_read_far_below_zero_is_a_probability_of_zero_not_an_overflow():
+    import warnings
+
+    from microrag_engine.generate import read_answers
+
+    class Far(_Reader):
+        def logits(self, pairs):
+            return np.full((len(pairs), 1), -1000.0, dtype=np.float32)
+
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")
+        _, p = read_answers("q?", ["a: x", "b: y"], np.array([1.0, 0.0]), 2, Far("x"))
+    assert p == 0.0
 
 
 def test_the_answerer_refuses_when_the_answer_model_finds_no_passage_that_answers():
@@ -203,6 +220,18 @@ def test_the_answerer_refuses_when_the_answer_model_finds_no_passage_that_answer
     assert extract(r.query, r, learned=False, reader=_Reader("kerberos", floor=0.5)).refusal == ""  # hand-set: not read
     said = extract(r.query, r, learned=True, reader=_Reader("20 paid"), min_answers=0.5)
     assert said.refusal == "" and said.text.startswith("Full-time employees receive 20 paid vacation days")
+    # The read reorders what is quoted: the chunk of the passage it reads as the answer comes first.
+    two = retrieval("how many vacation days do I get?", LEAVE, "# Expiry\n\nUnused vacation days expire on 31 March.")
+    assert extract(two.query, two, learned=True).text.startswith("Full-time employees receive 20")
+    led = extract(two.query, two, learned=True, reader=_Reader("31 March"), min_answers=0.0)
+    assert led.text.startswith("Unused vacation days expire on 31 March.")
+
+
+def test_a_question_refused_before_the_answer_model_costs_no_model_call():
+    reader = _Reader("kerberos")
+    said = extract("how do I configure kerberos?", retrieval("q", LEAVE), min_support=0.3, max_missing=0.3,
+                   learned=True, reader=reader)
+    assert said.refusal and reader.read == []
 
 
 def test_a_missing_answer_model_folder_is_one_clear_error(tmp_path):

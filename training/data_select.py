@@ -14,7 +14,7 @@ Two sources, both licence-clean and neither a test or outside set:
   model must learn to score none of them high.
 
 git's QA set (GPL-2.0 pages) is kept out of training and written apart as the validation
-groups (``build/select/val-git.jsonl``) that pick the epoch and the blend weight.
+groups (``build/select/val-git.jsonl``) that pick the blend weight (the last epoch is kept).
 """
 
 from __future__ import annotations
@@ -28,7 +28,7 @@ sys.path.insert(0, str(ROOT / "benchmarks"))
 
 import qa_report  # noqa: E402
 
-from microrag_engine import preset  # noqa: E402
+from microrag_engine import Engine, preset  # noqa: E402
 from microrag_engine.eval.qa import fact_present, load_qa  # noqa: E402
 from microrag_engine.generate import _join, score_units  # noqa: E402
 
@@ -38,7 +38,7 @@ TRAIN_SETS = ("handbook", "flask")
 VAL_SETS = ("git",)
 
 
-def answerer_groups(name: str, engine) -> list[dict]:
+def answerer_groups(name: str, engine: Engine) -> list[dict]:
     """Every question of the set with the candidates the answerer scores, in its order."""
     out = []
     for item in load_qa(qa_report.QA / f"{name}.jsonl"):
@@ -46,11 +46,10 @@ def answerer_groups(name: str, engine) -> list[dict]:
         if r.refused or not r.hits:
             continue
         sc = score_units(item.question, r, engine.index.embedder, r.weight, learned=True)
-        texts = [_join([sc.units[k] for k in span]) for span in sc.spans]
-        shown = [f"{sc.units[span[0]].context.strip()}: {t}" for span, t in zip(sc.spans, texts)]
+        texts = [_join([sc.units[k] for k in span]) for span in sc.spans]  # the passage, not its heading
         labels = [bool(item.answerable) and all(fact_present(t, tuple(g)) for g in item.facts) for t in texts]
         out.append({"source": name, "question": item.question, "answerable": bool(item.answerable),
-                    "passages": shown, "labels": labels, "linear": [float(v) for v in sc.total]})
+                    "passages": sc.shown, "labels": labels, "linear": [float(v) for v in sc.total]})
     return out
 
 

@@ -1,6 +1,6 @@
 """Mine question/answer pairs from the public-docs zoo's *dev* corpora, for the answer head.
 
-    .venv/bin/python training/mine_qa.py            # ~3 min on 2 cores; writes build/qa-mined.jsonl
+    .venv/bin/python training/mine_qa.py            # ~1.5 min on 2 cores; writes build/qa-mined.jsonl
 
 Two shapes of page carry a question and the passage that answers it, written by the
 documentation's own authors:

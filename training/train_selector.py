@@ -57,7 +57,7 @@ def calibrate(folder: Path) -> dict:
 
     from microrag_engine import override, preset
     from microrag_engine.eval.qa import load_qa
-    from microrag_engine.generate import judge, load_answer_model, score_units
+    from microrag_engine.generate import judge, load_answer_model, read_scores, score_units
 
     s = override(preset("default"), answer_model=str(folder))
     reader = load_answer_model(folder)
@@ -69,10 +69,10 @@ def calibrate(folder: Path) -> dict:
             r = engine.with_context(engine.retrieve(item.question))
             if r.refused or not r.hits:
                 continue
-            sc = score_units(item.question, r, engine.index.embedder, r.weight, True, reader, s.answer_rerank)
+            sc = score_units(item.question, r, engine.index.embedder, r.weight, True)
             if not sc.spans or not judge(sc.rel, s.answer_min_support, s.answer_max_missing, s.answer_rescue_sem).answerable:
                 continue
-            probs.append(sc.answers if sc.answers is not None else 1.0)
+            probs.append(read_scores(item.question, sc, reader, s.answer_rerank).answers)
             answerable.append(bool(item.answerable))
         per_set[name] = (np.array(probs), np.array(answerable))
 
@@ -137,7 +137,8 @@ def scores(model, tok, groups: list[dict], top: int) -> list[tuple[np.ndarray, n
 
 
 def validate(rows: list[tuple[np.ndarray, np.ndarray, np.ndarray]]) -> dict[str, float]:
-    """Top-1 of each blend over the groups that hold a positive; the answerable/unanswerable split of the max."""
+    """Top-1 of each blend over the groups that hold a positive (the blend is chosen on these
+    same questions: its figure is in-sample for the blend, out-of-sample for the weights)."""
     pos = [r for r in rows if r[2].any()]
     res = {f"top1 blend {w:g}": float(np.mean([y[int(np.argmax(lin + w * x if w < 1e6 else x))] for lin, x, y in pos]))
            for w in BLENDS}

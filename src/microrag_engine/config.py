@@ -97,12 +97,13 @@ class Settings:
     # or the hand-set score (support plus small priors)
     answer_selector: bool = True
     # an answer model (a cross-encoder folder built by training/train_selector.py; none ships:
-    # it lowered facts on the sets it was not trained on, training/ANSWER_MODEL.md) reads the
-    # selector's best ``answer_rerank`` passages; the answerer refuses when it gives none of
-    # them ``answer_min_answers`` probability of answering (None: the floor calibrated with
-    # the model on the QA dev sets, in its config.json)
+    # 0-2 points of facts for 2.3-2.8x the answer step's time, training/ANSWER_MODEL.md)
+    # reorders the selector's best ``answer_rerank`` passages (None: the number it was tuned
+    # at); the answerer refuses when it gives none of them ``answer_min_answers`` probability
+    # of answering (None: the floor calibrated with the model on the QA dev sets). Both
+    # defaults come from the model's config.json.
     answer_model: str = ""
-    answer_rerank: int = 6
+    answer_rerank: int | None = None
     answer_min_answers: float | None = None
     # step 6 - verify answers (NLI): "shipped", "llm", or a model folder
     nli: str = "shipped"
@@ -153,8 +154,10 @@ class Settings:
             raise ConfigError(f"rerank_depth must be at least 1, got {self.rerank_depth}")
         if self.w_long_doc < 0 or self.long_doc_chunks < 1:
             raise ConfigError(f"w_long_doc must be >= 0 and long_doc_chunks >= 1, got {self.w_long_doc}, {self.long_doc_chunks}")
-        if not 1 <= self.answer_rerank <= 32:
+        if self.answer_rerank is not None and not 1 <= self.answer_rerank <= 32:
             raise ConfigError(f"answer_rerank must be between 1 and 32, got {self.answer_rerank}")
+        if self.answer_model and not self.answer_selector:
+            raise ConfigError("answer_model reorders the trained selector's choice: it needs answer_selector on")
         if not 0 <= self.context_chunks <= 4:
             raise ConfigError(f"context_chunks must be between 0 and 4, got {self.context_chunks}")
         if self.max_per_source < 0:

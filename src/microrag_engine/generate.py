@@ -22,8 +22,8 @@ meaning, or when no passage supports an answer at all (thresholds calibrated on 
 QA dev sets: benchmarks/results/qa.md). Which passage answers is learned: a linear
 selector over features of every candidate (``models/selector``); optionally an answer
 model - a cross-encoder that reads the question with each of the selector's best six,
-whose read is blended in and which refuses when none answers (``answer_model``; none
-ships: it lowered facts on the sets it was not trained on, training/ANSWER_MODEL.md).
+reorders them and can refuse when none answers (``answer_model``; none ships: 0-2 points
+of facts for 2.3-2.8x the time, training/ANSWER_MODEL.md).
 Then the best passage, and others that score nearly as well and add a query word, up
 to four, each with its citation.
 This module does not retrieve; it answers from what it is given.
@@ -33,9 +33,10 @@ from __future__ import annotations
 
 import json
 import logging
+import math
 import re
 from collections.abc import Callable, Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from functools import lru_cache
 from importlib.resources import files
 from pathlib import Path
@@ -211,6 +212,7 @@ class Scores:
     rel: Relevance  # per passage
     total: np.ndarray  # per passage: the selector's score, else support plus small priors (see score_units)
     features: np.ndarray  # per passage: what the selector reads (FEATURES)
+    shown: list[str]  # per passage: as embedded and as an answer model reads it, "<heading and page>: <text>"
     answers: float | None = None  # the answer model's probability that its best-read passage answers; None: not run
 
 
@@ -289,6 +291,10 @@ def answers_floor(min_answers: float | None, reader: CrossEncoder) -> float:
     return float(reader.config.get("microrag", {}).get("min_answers", 0.0))
 
 
+def _sigmoid(x: float) -> float:
+    return 0.5 * (1.0 + math.tanh(0.5 * x))  # = 1 / (1 + e^-x), without overflow for large |x|
+
+
 def read_answers(query: str, shown: Sequence[str], logit: np.ndarray, top: int,
                  model: CrossEncoder) -> tuple[np.ndarray, float]:
     """The selector's logits with the ``top`` best candidates put in the order of the
@@ -299,23 +305,34 @@ def read_answers(query: str, shown: Sequence[str], logit: np.ndarray, top: int,
     Only the order moves: the ``top`` keep the selector's own values, handed out in the new
     order. Adding the read to the logits sharpened the odds, so fewer passages cleared
     ``NEARLY_ODDS`` and answers lost facts (git's QA set: 0.51 -> 0.44; reordered: 0.53).
-    Candidates the model did not read keep their place below the ones it did."""
+    Candidates the model did not read stay strictly below the ones it did (a tie with
+    the lowest read one would let reading order, not the read, decide)."""
     first = [int(i) for i in np.argsort(-logit, kind="stable")[:top]]
     read = model.logits([(query, shown[i]) for i in first])[:, 0]
     mixed = logit[first] + float(model.config.get("blend", 1.0)) * read
     out = logit.copy()
     out[first] = np.sort(logit[first])[::-1][np.argsort(np.argsort(-mixed, kind="stable"))]
-    return out, float(1.0 / (1.0 + np.exp(-read.max())))
+    unread = np.ones(len(out), dtype=bool)
+    unread[first] = False
+    out[unread] = np.minimum(out[unread], np.nextafter(out[first].min(), -np.inf))
+    return out, _sigmoid(float(read.max()))
+
+
+def read_scores(query: str, scores: Scores, reader: CrossEncoder, rerank: int | None = None) -> Scores:
+    """``scores`` (the learned selector's) with the answer model's read: its best ``rerank``
+    (None: the ``top`` the model was tuned at, in its config) reordered by ``read_answers``,
+    and ``answers`` set."""
+    top = rerank if rerank is not None else int(reader.config.get("top", 6))
+    logit, answers = read_answers(query, scores.shown, np.log(scores.total), top, reader)
+    return replace(scores, total=np.exp(logit - logit.max()), answers=answers)
 
 
 def score_units(query: str, retrieval: Retrieval, embedder: Embedder | None = None,
-                weight: Callable[[str], float] | None = None, learned: bool = False,
-                reader: CrossEncoder | None = None, rerank: int = 6) -> Scores:
+                weight: Callable[[str], float] | None = None, learned: bool = False) -> Scores:
     """Score every candidate passage of the retrieved chunks against ``query``.
 
     A passage is scored whole, not by its anchor unit alone: a signature is judged with
-    the description it introduces, a lead-in with its list or code. ``reader``: an answer
-    model that reads the learned selector's best ``rerank`` passages (None: not run).
+    the description it introduces, a lead-in with its list or code.
     """
     units = units_of(retrieval)
     bounds: dict[int, tuple[int, int]] = {}  # a hit's units are contiguous: [first, last + 1)
@@ -349,20 +366,17 @@ def score_units(query: str, retrieval: Retrieval, embedder: Embedder | None = No
     features = passage_features(query, units, spans, texts, rel, chosen if embedder is not None else [],
                                 len(retrieval.hits), own)
     model = selector() if learned and spans else None
-    answers = None
     if model is not None:
         # Which passage answers, as learned (training/build_selector.py): a softmax over the
         # candidates, each scored by its odds against the best (1.0), so NEARLY_ODDS and
         # TIED_ODDS read as "this much as likely to be the answer".
         logit = features @ model
-        if reader is not None and rerank > 0:
-            logit, answers = read_answers(query, shown, logit, rerank, reader)
         total = np.exp(logit - logit.max())
     else:
         total = rel.support + RANK_PRIOR * np.array([1.0 / (1 + units[span[0]].hit) for span in spans])
         if _WANTS_NUMBER.search(query):
             total += 0.05 * np.array([bool(_HAS_NUMBER.search(t)) for t in texts])
-    return Scores(units, spans, rel, total, features, answers)
+    return Scores(units, spans, rel, total, features, shown)
 
 
 @dataclass(frozen=True)
@@ -463,7 +477,8 @@ class Extracted:
 def extractive_answer(query: str, retrieval: Retrieval, embedder: Embedder | None = None,
                       weight: Callable[[str], float] | None = None, min_support: float = 0.0,
                       max_missing: float = 1.0, rescue_sem: float = 0.0, learned: bool = False,
-                      reader: CrossEncoder | None = None, rerank: int = 6, min_answers: float | None = None) -> str:
+                      reader: CrossEncoder | None = None, rerank: int | None = None,
+                      min_answers: float | None = None) -> str:
     """Quote the passages of the retrieved chunks that answer ``query``, each cited,
     or say what the documents do not cover (see the module doc). ``learned``: pick the
     passages with the trained selector, not the hand-set score; ``reader``: an answer
@@ -476,21 +491,25 @@ def extractive_answer(query: str, retrieval: Retrieval, embedder: Embedder | Non
 def extract(query: str, retrieval: Retrieval, embedder: Embedder | None = None,
             weight: Callable[[str], float] | None = None, min_support: float = 0.0,
             max_missing: float = 1.0, rescue_sem: float = 0.0, learned: bool = False,
-            reader: CrossEncoder | None = None, rerank: int = 6, min_answers: float | None = None) -> Extracted:
+            reader: CrossEncoder | None = None, rerank: int | None = None,
+            min_answers: float | None = None) -> Extracted:
     """:func:`extractive_answer`, with the refusal's reason apart from its text."""
     if retrieval.refused or not retrieval.hits:
         why = retrieval.reason or "nothing retrieved answers it"
         return Extracted(NOT_IN_DOCUMENTS, why)
-    scores = score_units(query, retrieval, embedder, weight, learned, reader, rerank)
+    scores = score_units(query, retrieval, embedder, weight, learned)
     verdict = judge(scores.rel, min_support, max_missing, rescue_sem)
     if not verdict.answerable:
         return Extracted(NOT_IN_DOCUMENTS, verdict.reason)
-    if scores.answers is not None and reader is not None and scores.answers < answers_floor(min_answers, reader):
-        # Every word may be there ("replication" in "source-code history replicated"):
-        # the answer model read the best passages and none says what was asked.
-        return Extracted(NOT_IN_DOCUMENTS, "no passage in the documents answers it")
     if not scores.spans:  # only headings and bare questions: nothing that says anything
         return Extracted(NOT_IN_DOCUMENTS, "no passage in the documents answers it")
+    if reader is not None and learned and selector() is not None:
+        # Read only now: a question refused above costs no model call.
+        scores = read_scores(query, scores, reader, rerank)
+        if scores.answers is not None and scores.answers < answers_floor(min_answers, reader):
+            # Every word may be there ("replication" in "source-code history replicated"):
+            # the answer model read the best passages and none says what was asked.
+            return Extracted(NOT_IN_DOCUMENTS, "no passage in the documents answers it")
     units, spans, total = scores.units, scores.spans, scores.total
     passages = retrieval.passages
     order = [int(i) for i in np.argsort(-total, kind="stable")]
