@@ -32,6 +32,7 @@ MOUNTED = (
     "src/microrag_engine/models/MODEL_CARD.md",
     "training/RERANKER.md",
     "training/ANSWER_MODEL.md",
+    "benchmarks/results/answer-model.json",
 )
 CLI_MARKER = "<!-- cli-help -->"
 HELP_WIDTH = "100"  # argparse wraps at $COLUMNS: fixed, so the page does not depend on the terminal
