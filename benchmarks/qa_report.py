@@ -94,9 +94,9 @@ def pydoc_engine(settings) -> tuple[Engine, str]:
     if not store.documents():
         print(f"indexing {corpus} into {where} (once; ~20 min on 2 cores)...", flush=True)
         t = time.time()
-        report = ingest_paths(store, [corpus], override(settings, dlp="off"))
+        report = ingest_paths(store, [corpus], override(settings, dlp="off"), collection="")
         print(f"  {len(report.added)} documents in {time.time() - t:.0f} s", flush=True)
-    return Engine.from_store(store, settings), f"microrag ingest --dlp off --index {_home(where)} {_home(corpus)}"
+    return Engine.from_store(store, settings), f"microrag ingest --dlp off --collection '' --index {_home(where)} {_home(corpus)}"
 
 
 def _home(path: str | Path) -> str:

@@ -61,6 +61,10 @@ class Settings:
     max_per_source: int = 2  # diversity cap; 0 = off
     w_long_doc: float = 0.08  # length prior: a document of n > long_doc_chunks chunks loses w * ln(n / long_doc_chunks)
     long_doc_chunks: int = 20  # (measured on the QA dev sets: benchmarks/results/qa.md; 0 weight = off)
+    # name prior: a query word that only a few documents' titles or file names hold (name_rare of
+    # those a caller can see at most) ranks their chunks this much higher per word (retrieve.names)
+    w_name: float = 0.1
+    name_rare: float = 0.05
     # PoisonedRAG (#19): a passage that asks the query back as a question is held back from the
     # answer when other passages ground it (retrieve.mimic); an FAQ that is the only source stays
     hold_mimics: bool = True
@@ -152,6 +156,8 @@ class Settings:
                               "(its training data is non-commercial); build one with training/ (training/RERANKER.md)")
         if self.rerank_depth < 1:
             raise ConfigError(f"rerank_depth must be at least 1, got {self.rerank_depth}")
+        if self.w_name < 0 or not 0 < self.name_rare <= 1:
+            raise ConfigError(f"w_name must be >= 0 and name_rare in (0, 1], got {self.w_name}, {self.name_rare}")
         if self.w_long_doc < 0 or self.long_doc_chunks < 1:
             raise ConfigError(f"w_long_doc must be >= 0 and long_doc_chunks >= 1, got {self.w_long_doc}, {self.long_doc_chunks}")
         if self.answer_rerank is not None and not 1 <= self.answer_rerank <= 32:
@@ -181,6 +187,7 @@ PRESETS: dict[str, Settings] = {
         min_kw=0.05,
         safeguards_on_retrieve=False,
         w_long_doc=0.0,  # the seed ranks by the fused score alone
+        w_name=0.0,
         answer_min_support=0.0,  # and quotes what it retrieved
         answer_max_missing=1.0,
         answer_rescue_sem=0.0,

@@ -40,6 +40,7 @@ from .retrieve import rank_candidates, retrieve
 from .retrieve.cap import long_doc_penalty
 from .retrieve.conversation import Condensed, retrieval_query
 from .retrieve.mimic import restated_question
+from .retrieve.names import DocNames, name_boost
 from .runtime.llm import ChatStream
 from .runtime.tracing import span
 from .store.base import DocFilter, DocRecord, SearchableStore, Store
@@ -121,6 +122,8 @@ class Engine:
         self._masks: dict[tuple[str, ...] | None, np.ndarray | None] = {}
         # (knobs, length prior per document, the same per chunk of the index): see _doc_prior
         self._prior: tuple[tuple[float, int, float], dict[str, float], np.ndarray | None] | None = None
+        # The rare words of the names each clearance can see, by (label set, name_rare): see _name_prior
+        self._names: dict[tuple[tuple[str, ...] | None, float], DocNames] = {}
         # Provenance tier per document (0 operator, 1 admin-approved, 2 trusted contributor): set
         # by whoever knows who uploaded what (the server); empty = every document the operator's.
         self.tiers: Mapping[str, int] = {}
@@ -266,7 +269,7 @@ class Engine:
         labels = self.labels.copy()
         labels[chunks] = label
         labels.setflags(write=False)
-        self.labels, self._masks, self._scoped, self._prior = labels, {}, {}, None
+        self.labels, self._masks, self._scoped, self._prior, self._names = labels, {}, {}, None, {}
         if self.index.ann is not None:  # (the same rows: each keeps its slot unless its partition changed)
             self.index.ann = _next_ann(self.index.ann, self.index.vectors, self.settings, labels, np.arange(len(labels)))
 
@@ -366,8 +369,9 @@ class Engine:
             qvec = self.index.embedder.embed([query])[0]
             found, ceiling = self.store.search(query, qvec, self._visible_labels(labels), n=settings.first_pass,
                                                docs=sorted(chosen) if chosen is not None else None)
-            prior = self._doc_prior(settings)
-            penalty = np.array([prior.get(c.doc, 0.0) for c, _, _ in found]) if prior else None
+            prior, named = self._doc_prior(settings), self._name_prior(query, settings, labels)
+            penalty = np.array([prior.get(c.doc, 0.0) + named.get(c.doc, 0.0) for c, _, _ in found]) \
+                if prior or named else None
             return rank_candidates(query, [c for c, _, _ in found], np.array([k for _, k, _ in found]),
                                    np.array([e for _, _, e in found]), settings, safeguards, ceiling, penalty)
         readable = self.mask(labels)
@@ -376,8 +380,13 @@ class Engine:
         if chosen is not None:
             in_docs = np.isin(self.index.chunks.docs(), list(chosen))
             allowed = in_docs if readable is None else readable & in_docs
+        penalty, named = self._penalty(settings), self._name_prior(query, settings, labels)
+        if named:  # (per document, then spread over its chunks by their document codes: no pass in Python)
+            table = self.index.chunks
+            boost = np.array([named.get(d, 0.0) for d in table.doc_names])[np.asarray(table.doc_of)]
+            penalty = boost if penalty is None else penalty + boost
         result = retrieve(self.index, query, settings, safeguards=safeguards, allowed=allowed, scoped=scorer,
-                          penalty=self._penalty(settings), scoped_on=readable)
+                          penalty=penalty, scoped_on=readable)
         keyword = scorer or self.index.keyword
         return replace(result, weight=keyword.weight) if keyword is not None else result
 
@@ -413,6 +422,25 @@ class Engine:
             per_chunk = np.array([prior.get(d, 0.0) for d in self.index.chunks.docs()]) if prior else None
             self._prior = (key, prior, per_chunk)
         return self._prior[1]
+
+    def _name_prior(self, query: str, settings: Settings, labels: Iterable[str] | None) -> dict[str, float]:
+        """The name prior of ``query`` per document (``retrieve.names``), with the name statistics
+        of what ``labels`` may read: made once per clearance and engine, as the keyword views are."""
+        if settings.w_name <= 0:
+            return {}
+        key = (None if labels is None else tuple(sorted({x for x in labels if not x.startswith("_")})), settings.name_rare)
+        names = self._names.get(key)
+        if names is None:
+            titles = self.titles(key[0])
+            readable = None if self.records else self.mask(key[0])
+            if readable is not None:  # an in-memory engine's labels live on its chunks
+                table = self.index.chunks
+                seen = {table.doc_names[c] for c in np.unique(np.asarray(table.doc_of)[readable])}
+                titles = {d: t for d, t in titles.items() if d in seen}
+            if len(self._names) >= 16:  # a handful of clearances in practice; bound it anyway
+                self._names.clear()
+            names = self._names[key] = DocNames(titles, settings.name_rare)
+        return name_boost(names, query, settings.w_name)
 
     def _penalty(self, settings: Settings) -> np.ndarray | None:
         """The length prior per chunk, aligned with ``index.chunks`` (None: no long documents)."""

@@ -1,0 +1,97 @@
+"""Step 3, the name prior: rare words of titles and file names, per clearance."""
+
+from __future__ import annotations
+
+import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
+
+from microrag_engine.config import override, preset
+from microrag_engine.engine import Engine
+from microrag_engine.errors import ConfigError
+from microrag_engine.retrieve.names import DocNames, name_boost, name_tokens
+from microrag_engine.types import Chunk, Document
+
+FACT = "The parking records are kept by the facilities team."
+
+
+def test_a_name_is_its_title_and_its_file_stem_read_as_words():
+    toks = name_tokens("reference/sql-create_table.html", "CREATE TABLE")
+    assert {"creat", "tabl", "sql"} <= toks
+    assert "html" not in toks and "refer" not in toks  # the extension and the folders are not the name
+
+
+def test_only_words_rare_among_the_names_count():
+    titles = {f"guide-{t}.md": f"Guide: {t}" for t in ("vpn", "printers", "email", "badges", "payroll")}
+    titles.update({f"more/guide-{i}.md": f"Guide {i}" for i in range(35)})
+    titles["vpn-windows.md"] = "VPN on Windows"
+    names = DocNames(titles, rare=0.05)  # 41 names: a word in at most 2 of them is rare
+    assert "guid" not in names.named  # in every name
+    assert names.named_by("guide to the vpn") == {"guide-vpn.md": 1.0, "vpn-windows.md": 0.5}
+    assert names.named_by("how do I reset a password") == {}
+    boost = name_boost(names, "vpn", 0.1)
+    assert boost == {"guide-vpn.md": pytest.approx(-0.1), "vpn-windows.md": pytest.approx(-0.05)}
+    assert name_boost(names, "vpn", 0.0) == {}
+
+
+def _docs(*paths: str) -> list[Document]:
+    return [Document(p, "", prechunked=(Chunk(f"{p}#0", p, 0, 0, len(FACT), FACT),)) for p in paths]
+
+
+@pytest.mark.parametrize("weight,first", [(0.0, "notes.md"), (0.1, "parking.md")])
+def test_a_page_named_by_the_question_wins_a_tie(weight, first):
+    """The same sentence on two pages: without the prior the tie goes by corpus order, with it
+    to the page whose name the question holds."""
+    engine = Engine.from_documents(_docs("notes.md", "parking.md"), override(preset("default"), embedder="hash",
+                                                                             w_name=weight))
+    hits = engine.retrieve("who keeps the parking records?").hits
+    assert [h.chunk.text for h in hits[:2]] == [FACT, FACT]
+    assert hits[0].chunk.doc == first
+
+
+def test_a_name_the_caller_cannot_read_does_not_move_a_readable_page():
+    """The statistic is per clearance: a secret page also named "parking" makes the word common
+    for those who can read it, and changes nothing for those who cannot."""
+    settings = override(preset("default"), embedder="hash")
+    engine = Engine.from_documents(_docs("notes.md", "parking.md", "parking-plan.md"), settings)
+    engine.relabel([c.doc == "parking-plan.md" for c in engine.index.chunks], "secret")
+    alone = Engine.from_documents(_docs("notes.md", "parking.md"), settings)
+    ask = "who keeps the parking records?"
+    public = [h.chunk.doc for h in engine.retrieve(ask, labels=["public"]).hits]
+    assert public == [h.chunk.doc for h in alone.retrieve(ask).hits]
+    assert public[0] == "parking.md"
+    # Read with the secret page, "parking" names two of three pages: not rare, so no prior.
+    assert [h.chunk.doc for h in engine.retrieve(ask, labels=["public", "secret"]).hits][0] == "notes.md"
+
+
+def test_the_prior_reads_stored_titles(tmp_path):
+    """An index on disk: titles come from the stored records (front matter here)."""
+    from microrag_engine.ingest import ingest_paths
+    from microrag_engine.store import open_store
+
+    (tmp_path / "docs").mkdir()
+    (tmp_path / "docs" / "a.md").write_text(f"{FACT}\n")
+    (tmp_path / "docs" / "b.md").write_text(f"---\ntitle: Parking\n---\n{FACT}\n")
+    settings = override(preset("default"), embedder="hash", dlp="off")
+    store = open_store(tmp_path / "ix", create=True)
+    ingest_paths(store, [tmp_path / "docs"], settings, collection="")
+    for weight, first in ((0.0, "a.md"), (0.1, "b.md")):
+        engine = Engine.from_store(store, override(settings, w_name=weight))
+        assert engine.retrieve("who keeps the parking records?").hits[0].chunk.doc == first
+    store.close()
+
+
+@pytest.mark.parametrize("knobs", [{"w_name": -0.1}, {"name_rare": 0.0}, {"name_rare": 1.5}])
+def test_name_prior_knobs_are_checked(knobs):
+    with pytest.raises(ConfigError, match="w_name"):
+        override(preset("default"), **knobs)
+
+
+@given(titles=st.dictionaries(st.text(max_size=40), st.text(max_size=80), max_size=12), query=st.text(max_size=200),
+       rare=st.floats(0.01, 1.0))
+@settings(max_examples=200, deadline=None)
+def test_any_names_and_question_give_shares_in_range(titles, query, rare):
+    """Untrusted names and questions: never an error, every share in (0, 1], only known documents."""
+    shares = DocNames(titles, rare).named_by(query)
+    assert set(shares) <= set(titles)
+    assert all(0 < s <= 1 for s in shares.values())
