@@ -322,7 +322,8 @@ def measure(names: list[str], answer_model: str = "") -> int:
              "were only measured. Facts: all-of groups of any-of strings found in the answer text.", ""]
     summaries, variant_rows, goal_lines = [], [], []
     variants = {"default": base, "hits alone (context_chunks 0)": override(base, context_chunks=0),
-                "hand-set passage score (answer_selector off)": override(base, answer_selector=False)}
+                "hand-set passage score (answer_selector off)": override(base, answer_selector=False),
+                "no name prior (w_name 0)": override(base, w_name=0.0)}
     if answer_model:
         variants["with the answer model"] = override(base, answer_model=answer_model)
     for n, engine, flag, how in engines(names, base):
@@ -337,7 +338,7 @@ def measure(names: list[str], answer_model: str = "") -> int:
         summaries.append((f"{n} ({SETS[n]})", s))
         write_expected(n, s, flag, how)
         variant_rows.append(f"| {n} | {SETS[n]} | " + " | ".join(
-            f"{r['fact_recall']:.2f} / {r['all_facts']:.2f} / {r['refused_unanswerable']:.2f} / "
+            f"{r['hit@4']:.2f} / {r['fact_recall']:.2f} / {r['all_facts']:.2f} / {r['refused_unanswerable']:.2f} / "
             f"{r['false_refusals']:.2f} / {r['chars']:.0f} / {r['answer_ms_p50']:.0f}"
             for r in rows.values()) + " |")
         if SETS[n] != "dev":
@@ -349,10 +350,11 @@ def measure(names: list[str], answer_model: str = "") -> int:
     lines += [table(summaries), "", "Per set: `benchmarks/expected/qa-<set>.json`.", "",
               "## Goals on the test and outside sets", "", *(goal_lines or ["- no test or outside set in this run"]), "",
               "## What each step of the answer buys", "",
-              "fact recall / all facts / unanswerable refused / false refusals / answer length in characters "
+              "hit@4 / fact recall / all facts / unanswerable refused / false refusals / answer length in characters "
               f"(answered questions) / answer ms p50, with the defaults; with the hits alone (no neighbour chunks; the "
               f"default is {base.context_chunks} each side); with the hand-set passage score instead of the trained "
-              "selector (fitted on the dev sets' questions: its dev figures are in-sample)"
+              "selector (fitted on the dev sets' questions: its dev figures are in-sample); without the name prior "
+              "(retrieve/names.py; its weight: benchmarks/results/name-prior.md)"
               + (f"; and with the answer model in `{answer_model}` (a cross-encoder, not shipped, that reorders "
                  "the selector's best passages: training/ANSWER_MODEL.md; questions it was trained on, per source: "
                  f"{trained_on(answer_model)})" if answer_model else "") + ".", "",
