@@ -412,3 +412,20 @@ def test_a_file_asked_for_in_an_earlier_turn_is_not_read_on_a_later_one(engine, 
                         tools=FileTool(tmp_path, frozenset({"public"})))
     assert [t.ran for t in ans.tools] == [False] and "did not ask" in ans.tools[0].refused
     assert "CANARY-ROSTER" not in ans.text
+
+
+def test_a_code_name_only_a_hidden_document_holds_is_refused_to_those_who_cannot_read_it():
+    """The answerer's check of code names reads the caller's clearance, as BM25 does: the
+    refusal says nothing of a page the caller cannot see, and who can see it gets an answer."""
+    from microrag_engine.config import override, preset
+    from microrag_engine.types import Document
+
+    docs = [Document("paths.md", "# Paths\n\nos.path.splitdrive(path) splits a path into drive and tail.\n"),
+            Document("new.md", "# New\n\nos.path.splitroot(path) splits a path into drive, root and tail.\n")]
+    engine = Engine.from_documents(docs, override(preset("default"), embedder="hash"))
+    engine.relabel([c.doc == "new.md" for c in engine.index.chunks], "secret")
+    q = "How do I split a path into drive, root and tail with os.path.splitroot?"
+    public = engine.answer(q, engine.retrieve(q, labels=["public"]))
+    assert public.refused and public.reason == "the documents never mention 'os.path.splitroot'"
+    cleared = engine.answer(q, engine.retrieve(q, labels=["public", "secret"]))
+    assert not cleared.refused and "splitroot" in cleared.text

@@ -2,13 +2,18 @@
 
 from __future__ import annotations
 
+from dataclasses import replace
+
 import numpy as np
 import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
 
 from conftest import needs_models
 from microrag_engine.config import preset
 from microrag_engine.engine import Engine, demo_corpus
-from microrag_engine.generate import Relevance, extract, extractive_answer, judge, relevance, units_of
+from microrag_engine.generate import Relevance, extract, extractive_answer, judge, relevance, units_of, unknown_names
+from microrag_engine.text import bm25_tokens
 from microrag_engine.types import NOT_IN_DOCUMENTS, Chunk, Hit, Retrieval
 
 
@@ -256,3 +261,28 @@ def test_an_answer_model_folder_is_read_through_the_engine():
     engine.settings = override(engine.settings, answer_min_answers=0.9999)
     ans = engine.ask("how many vacation days do I get?")
     assert ans.refused and ans.reason == "no passage in the documents answers it"
+
+
+def test_a_code_name_no_document_holds_is_named_in_the_refusal():
+    """A function of another release: its neighbours are close in meaning, the name is not there."""
+    vocab = {t for text in ["os.path.splitdrive(path) splits a path", "get(key) under dict", "__post_init__ runs"]
+             for t in bm25_tokens(text)}
+    known = vocab.__contains__
+    assert unknown_names("How do I use os.path.splitroot on Windows?", known) == ["os.path.splitroot"]
+    assert unknown_names("what does dict.get return?", known) == []  # a method written without its class
+    assert unknown_names("When is __post_init__ called?", known) == []  # underscores are part of the word
+    assert unknown_names("what changed in 3.12, e.g. in pathlib?", known) == []  # versions, abbreviations: not names
+    assert unknown_names("Is eager_task_factory or splitroot there?", known) == ["eager_task_factory"]  # plain words: not
+    q = "How do I split a Windows path with os.path.splitroot?"
+    r = replace(retrieval(q, "os.path.splitdrive(path) splits the pathname into drive and tail."), known=known)
+    said = extract(q, r)
+    assert said.text == NOT_IN_DOCUMENTS and said.refusal == "the documents never mention 'os.path.splitroot'"
+    assert not extract(q.replace("splitroot", "splitdrive"), r).refusal
+    assert not extract(q, replace(r, known=None)).refusal  # nothing known of the corpus (a database backend)
+
+
+@given(st.text(max_size=300))
+@settings(max_examples=200, deadline=None)
+def test_unknown_names_reads_any_text(query):
+    found = unknown_names(query, lambda t: False)
+    assert all(n in query for n in found)

@@ -388,7 +388,9 @@ class Engine:
         result = retrieve(self.index, query, settings, safeguards=safeguards, allowed=allowed, scoped=scorer,
                           penalty=penalty, scoped_on=readable)
         keyword = scorer or self.index.keyword
-        return replace(result, weight=keyword.weight) if keyword is not None else result
+        if keyword is None:
+            return result
+        return replace(result, weight=keyword.weight, known=keyword.holds if isinstance(keyword, BM25Scorer) else None)
 
     def select(self, where: DocFilter, labels: Iterable[str] | None = None) -> set[str]:
         """The documents ``where`` admits among those ``labels`` may read (a filter must not

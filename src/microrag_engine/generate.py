@@ -87,6 +87,32 @@ def _looks_identifier(word: str) -> bool:
         return True
     parts = inner.split(".")  # "os.path" yes, "e.g" no
     return len(parts) > 1 and all(len(p) >= 2 for p in parts)
+def names_code(word: str) -> bool:
+    """A dotted or snake_case name with letters ("os.path.splitroot", "eager_task_factory"),
+    not a number, a version or an abbreviation ("3.12", "e.g.")."""
+    name = word.strip("._")
+    return _looks_identifier(name) and ("_" in name or "." in name) and any(c.isalpha() for c in name)
+
+
+def unknown_names(query: str, known: Callable[[str], bool]) -> list[str]:
+    """The code names ``query`` asks about whose last part (``splitroot`` of
+    ``os.path.splitroot``) no document the caller can read holds (``known``: a term is in
+    some chunk). Documentation of another release answers a question about a function it
+    does not have with its neighbours ("os.path.splitdrive" for "splitroot"), and no
+    closeness in meaning rescues it: the name itself is what was asked about. Only the last
+    part: a module's methods are often written without it ("get(key)" under "dict")."""
+    out = []
+    for word in re.findall(r"[\w.]+", query):
+        if not names_code(word):
+            continue
+        name = word.strip(".")  # "__post_init__" is one word of the index, underscores and all
+        last = name.rsplit(".", 1)[-1]
+        terms = bm25_tokens(last) + bm25_tokens(last.strip("_"))
+        if terms and not any(known(t) for t in terms):
+            out.append(name)
+    return list(dict.fromkeys(out))
+
+
 _HOW = re.compile(r"^\s*(?:how|what(?:'s| is) the (?:best |right )?way|show|example|can i|is there a way)\b", re.I)
 
 
@@ -497,6 +523,10 @@ def extract(query: str, retrieval: Retrieval, embedder: Embedder | None = None,
     if retrieval.refused or not retrieval.hits:
         why = retrieval.reason or "nothing retrieved answers it"
         return Extracted(NOT_IN_DOCUMENTS, why)
+    if retrieval.known is not None:
+        unknown = unknown_names(query, retrieval.known)
+        if unknown:
+            return Extracted(NOT_IN_DOCUMENTS, "the documents never mention " + ", ".join(f"'{n}'" for n in unknown))
     scores = score_units(query, retrieval, embedder, weight, learned)
     verdict = judge(scores.rel, min_support, max_missing, rescue_sem)
     if not verdict.answerable:

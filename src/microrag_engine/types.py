@@ -82,6 +82,9 @@ class Retrieval:
     # The keyword leg's term weight (IDF) over what this caller may read: the answerer weighs
     # the query's words with it. Never fitted on hidden chunks (a side channel otherwise).
     weight: Callable[[str], float] | None = field(default=None, compare=False, repr=False)
+    # Whether any chunk this caller may read holds a (tokenised) term: the answerer refuses a
+    # question about a name no document holds (``generate.unknown_names``). None: not known.
+    known: Callable[[str], bool] | None = field(default=None, compare=False, repr=False)
     # Chunks next to the hits in their documents (``Engine.with_context``): not ranked and not
     # shown as sources, but quotable, so a fact one sentence past a chunk's edge is in reach.
     context: list[Hit] | None = None  # None: not fetched yet (an empty list: fetched, none found)

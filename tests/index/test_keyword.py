@@ -126,3 +126,11 @@ def test_any_sequence_of_writes_equals_a_fit_on_what_is_left(texts, data):
         alone = BM25Scorer(0.9, 0.4).fit([t for t, v in zip(current, visible) if v])
         assert np.array_equal(scorer.masked(visible).scores(query), alone.scores(query))
         assert scorer.masked(visible).ceiling(query) == alone.ceiling(query)
+
+
+def test_holds_says_whether_a_readable_chunk_has_the_term():
+    scorer = BM25Scorer(0.9, 0.4).fit(["os.path.splitdrive splits a path", "the secret splitroot helper"])
+    assert scorer.holds(bm25_tokens("splitroot")[0]) and not scorer.holds("zzzz")
+    view = scorer.masked(np.array([True, False]))
+    assert not view.holds(bm25_tokens("splitroot")[0])  # only in a chunk the view cannot read
+    assert view.holds(bm25_tokens("splitdrive")[0])

@@ -245,6 +245,11 @@ class BM25Scorer:
     def weight(self, term: str) -> float:
         return self.idf(term)
 
+    def holds(self, term: str) -> bool:
+        """Whether any chunk this scorer counts (a masked view: a visible one) holds ``term``."""
+        i = self.vocab.get(term)
+        return i is not None and self._doc_freq(i) > 0
+
     def ceiling(self, query: str) -> float:
         """The most any chunk could score for ``query``: Lucene's term weight
         saturates below 1, so it is the sum of the query terms' IDF."""
