@@ -369,24 +369,20 @@ class Engine:
             qvec = self.index.embedder.embed([query])[0]
             found, ceiling = self.store.search(query, qvec, self._visible_labels(labels), n=settings.first_pass,
                                                docs=sorted(chosen) if chosen is not None else None)
-            prior, named = self._doc_prior(settings), self._name_prior(query, settings, labels)
-            penalty = np.array([prior.get(c.doc, 0.0) + named.get(c.doc, 0.0) for c, _, _ in found]) \
-                if prior or named else None
+            prior = self._doc_prior(settings)
+            penalty = np.array([prior.get(c.doc, 0.0) for c, _, _ in found]) if prior else None
             return rank_candidates(query, [c for c, _, _ in found], np.array([k for _, k, _ in found]),
-                                   np.array([e for _, _, e in found]), settings, safeguards, ceiling, penalty)
+                                   np.array([e for _, _, e in found]), settings, safeguards, ceiling, penalty,
+                                   self._name_prior(query, settings, labels))
         readable = self.mask(labels)
         scorer = self._scoped_keyword(labels, readable) if scoped else None
         allowed = readable
         if chosen is not None:
             in_docs = np.isin(self.index.chunks.docs(), list(chosen))
             allowed = in_docs if readable is None else readable & in_docs
-        penalty, named = self._penalty(settings), self._name_prior(query, settings, labels)
-        if named:  # (per document, then spread over its chunks by their document codes: no pass in Python)
-            table = self.index.chunks
-            boost = np.array([named.get(d, 0.0) for d in table.doc_names])[np.asarray(table.doc_of)]
-            penalty = boost if penalty is None else penalty + boost
         result = retrieve(self.index, query, settings, safeguards=safeguards, allowed=allowed, scoped=scorer,
-                          penalty=penalty, scoped_on=readable)
+                          penalty=self._penalty(settings), scoped_on=readable,
+                          named=self._name_prior(query, settings, labels))
         keyword = scorer or self.index.keyword
         if keyword is None:
             return result

@@ -38,12 +38,17 @@ def _docs(*paths: str) -> list[Document]:
     return [Document(p, "", prechunked=(Chunk(f"{p}#0", p, 0, 0, len(FACT), FACT),)) for p in paths]
 
 
+@pytest.mark.parametrize("first_pass", [False, True])
 @pytest.mark.parametrize("weight,first", [(0.0, "notes.md"), (0.1, "parking.md")])
-def test_a_page_named_by_the_question_wins_a_tie(weight, first):
+def test_a_page_named_by_the_question_wins_a_tie(weight, first, first_pass):
     """The same sentence on two pages: without the prior the tie goes by corpus order, with it
-    to the page whose name the question holds."""
-    engine = Engine.from_documents(_docs("notes.md", "parking.md"), override(preset("default"), embedder="hash",
-                                                                             w_name=weight))
+    to the page whose name the question holds; scored over every chunk, or over an ANN first
+    pass's candidates (a large index)."""
+    if first_pass:
+        pytest.importorskip("faiss", reason="the ANN first pass needs faiss (extra 'ann')")
+    settings = override(preset("default"), embedder="hash", w_name=weight, ann_threshold=1 if first_pass else 50_000)
+    engine = Engine.from_documents(_docs("notes.md", "parking.md"), settings)
+    assert (engine.index.ann is not None) == first_pass
     hits = engine.retrieve("who keeps the parking records?").hits
     assert [h.chunk.text for h in hits[:2]] == [FACT, FACT]
     assert hits[0].chunk.doc == first

@@ -110,12 +110,17 @@ class ChunkTable(Sequence[Chunk]):
     def texts(self) -> list[str]:
         return [self._text(i) for i in range(len(self))]
 
+    def codes(self) -> dict[str, int]:
+        """Document name -> its number in ``doc_names`` (``doc_of``'s values)."""
+        if self._codes is None:  # the table never changes (``updated`` makes another): name once
+            self._codes = {n: c for c, n in enumerate(self.doc_names)}
+        return self._codes
+
     def rows_at(self, places: Sequence[tuple[str, int]]) -> list[int]:
         """The rows of the chunks at ``(document, chunk index)`` places, those that exist; one
         pass over the document column (an answer's context: the neighbours of its hits)."""
-        if self._codes is None:  # the table never changes (``updated`` makes another): name once
-            self._codes = {n: c for c, n in enumerate(self.doc_names)}
-        wanted = {(self._codes[d], i) for d, i in places if d in self._codes}
+        codes = self.codes()
+        wanted = {(codes[d], i) for d, i in places if d in codes}
         if not wanted:
             return []
         rows = np.flatnonzero(np.isin(self.doc_of, np.array(sorted({c for c, _ in wanted}), dtype=np.int32)))

@@ -14,7 +14,7 @@ Masked-out chunks are not candidates: they never influence normalisation.
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 
 import numpy as np
 
@@ -22,6 +22,7 @@ from ..config import Settings
 from ..index import Index
 from ..index.ann import top_n
 from ..index.keyword import KeywordScorer
+from ..index.saved import ChunkTable
 from ..types import Chunk, Hit, Retrieval
 from .cap import ChunkDocs, diversity_cap
 from .fuse import dynamic_w_kw, fuse_minmax, fuse_rrf, minmax
@@ -44,6 +45,18 @@ def _ranked(scores: np.ndarray, m: int) -> list[int]:
     return idx[np.lexsort((idx, -scores[idx]))].tolist()
 
 
+def _per_candidate(chunks: Sequence[Chunk], by_doc: Mapping[str, float]) -> np.ndarray:
+    """``by_doc`` of each candidate's document: through the document codes for a whole
+    table (an index below ``ann_threshold``: no loop over its chunks), else chunk by chunk."""
+    if isinstance(chunks, ChunkTable):
+        values, codes = np.zeros(len(chunks.doc_names)), chunks.codes()
+        for doc, v in by_doc.items():
+            if doc in codes:
+                values[codes[doc]] = v
+        return values[np.asarray(chunks.doc_of)]
+    return np.array([by_doc.get(c.doc, 0.0) for c in chunks])
+
+
 # ---------------------------------------------------------------- the step
 
 
@@ -56,6 +69,7 @@ def retrieve(
     scoped=None,
     penalty: np.ndarray | None = None,
     scoped_on: np.ndarray | None = None,
+    named: Mapping[str, float] | None = None,
 ) -> Retrieval:
     """Rank ``index`` for ``query``. ``allowed`` is a boolean mask of visible chunks.
 
@@ -66,7 +80,8 @@ def retrieve(
     document's score, and refusals could reveal whether a hidden word exists).
     ``scoped_on`` is the mask ``scoped`` was fitted on when ``allowed`` narrows it further
     (a query-time document filter keeps the statistics of the caller's clearance).
-    ``penalty`` is the length prior per chunk, aligned with ``index.chunks`` (``cap.long_doc_penalty``).
+    ``penalty`` is the length prior per chunk, aligned with ``index.chunks`` (``cap.long_doc_penalty``);
+    ``named`` the name prior per document (``names.name_boost``), applied to the candidates only.
     """
     if not query.strip():
         return Retrieval(query, [], refused=True, reason="the query is empty")
@@ -89,15 +104,15 @@ def retrieve(
         if allowed is not None:
             first = first[allowed[first]]  # belt and braces: the partitions already filtered
         return rank_candidates(query, [index.chunks[i] for i in first], kw_all[first], index.vectors[first] @ q,
-                               settings, safeguards, ceiling, None if penalty is None else penalty[first])
+                               settings, safeguards, ceiling, None if penalty is None else penalty[first], named)
     if allowed is None:  # no filter: skip copying every chunk and score array
         return rank_candidates(query, index.chunks, index.kw_scores(query), index.em_scores(query), settings,
-                               safeguards, ceiling, penalty)
+                               safeguards, ceiling, penalty, named)
     assert cand is not None  # (allowed is not None here)
     chunks = [index.chunks[i] for i in cand]
     kw = index.kw_scores(query)[cand] if kw_full is None else kw_full[cand]
     return rank_candidates(query, chunks, kw, index.em_scores(query)[cand], settings, safeguards, ceiling,
-                           None if penalty is None else penalty[cand])
+                           None if penalty is None else penalty[cand], named)
 
 
 def keyword_ceiling(index: Index, query: str) -> float:
@@ -118,12 +133,14 @@ def rank_candidates(
     safeguards: bool = True,
     kw_ceiling: float = 0.0,
     penalty: np.ndarray | None = None,
+    named: Mapping[str, float] | None = None,
 ) -> Retrieval:
     """Fuse, gate, cap and cut candidates whose raw leg scores are already known.
 
     The candidates are every visible chunk (embedded index) or the union of each
     leg's first-pass top-N (a database backend); normalisation is over them.
-    ``penalty`` (aligned with ``chunks``) is subtracted from the fused score with safeguards on.
+    ``penalty`` (aligned with ``chunks``) is subtracted from the fused score with safeguards on, and
+    so is ``named`` (per document: the name prior, negative) for the candidates' documents.
     """
     if not chunks:
         return Retrieval(query, [], refused=safeguards, reason="nothing matched the query" if safeguards else "")
@@ -136,6 +153,9 @@ def rank_candidates(
     else:
         hybrid = fuse_minmax(raw_kw, raw_em, w_kw)
     ranking = hybrid
+    if safeguards and named:
+        by_doc = _per_candidate(chunks, named)
+        penalty = by_doc if penalty is None else penalty + by_doc
     if safeguards and penalty is not None and penalty.any():
         # The length prior: a long document's chunks rank a little lower. Scaled to the fused
         # scores' spread, so it weighs the same under min-max (0..1) and RRF (~0..0.03);
