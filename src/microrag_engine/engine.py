@@ -19,6 +19,7 @@ import time
 from collections import Counter
 from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
 from dataclasses import dataclass, field, replace
+from functools import partial
 from importlib.resources import files
 from pathlib import Path
 
@@ -367,13 +368,16 @@ class Engine:
             return Retrieval(query, [], refused=True, reason="no indexed document matches the filter")
         if self.store is not None:
             qvec = self.index.embedder.embed([query])[0]
-            found, ceiling = self.store.search(query, qvec, self._visible_labels(labels), n=settings.first_pass,
+            visible = self._visible_labels(labels)
+            found, ceiling = self.store.search(query, qvec, visible, n=settings.first_pass,
                                                docs=sorted(chosen) if chosen is not None else None)
             prior = self._doc_prior(settings)
             penalty = np.array([prior.get(c.doc, 0.0) for c, _, _ in found]) if prior else None
-            return rank_candidates(query, [c for c, _, _ in found], np.array([k for _, k, _ in found]),
-                                   np.array([e for _, _, e in found]), settings, safeguards, ceiling, penalty,
-                                   self._name_prior(query, settings, labels))
+            ranked = rank_candidates(query, [c for c, _, _ in found], np.array([k for _, k, _ in found]),
+                                     np.array([e for _, _, e in found]), settings, safeguards, ceiling, penalty,
+                                     self._name_prior(query, settings, labels))
+            # asked of the database only for a question that names code (generate.unknown_names)
+            return replace(ranked, known=partial(self.store.holds, labels=visible))
         readable = self.mask(labels)
         scorer = self._scoped_keyword(labels, readable) if scoped else None
         allowed = readable

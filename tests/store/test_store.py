@@ -484,6 +484,30 @@ def test_postgres_remote_engine_filters_in_the_database(tmp_path):
         store.close()
 
 
+@needs_pg
+def test_postgres_answers_a_code_name_under_the_callers_labels(tmp_path):
+    """The answerer's code-name check asks the database, per label: a name only a restricted
+    page holds is refused to a public caller by name, and answered for a cleared one."""
+    files = {"paths.md": "# Paths\n\nos.path.splitdrive(path) splits a path into drive and tail.\n",
+             "new.md": "---\nlabel: restricted\n---\n# New\n\nos.path.splitroot(path) splits a path into drive, root and tail.\n"}
+    store = _pg_store()
+    try:
+        settings = override(preset("default"), embedder="hash", dlp="off")
+        ingest_paths(store, [write(tmp_path / "docs", files)], settings)
+        assert store.holds("splitroot", ["restricted"]) and not store.holds("splitroot", ["public"])
+        assert store.holds("splitdriv", None) and not store.holds("nosuchterm", None)
+        eng = Engine.from_store(store, settings)
+        assert eng.store is not None
+        q = "How do I split a path into drive, root and tail with os.path.splitroot?"
+        public = eng.answer(q, eng.retrieve(q, labels=["public"]))
+        assert public.refused and public.reason == "the documents never mention 'os.path.splitroot'"
+        cleared = eng.answer(q, eng.retrieve(q, labels=["public", "restricted"]))
+        assert not cleared.refused and "splitroot" in cleared.text
+    finally:
+        store.drop()
+        store.close()
+
+
 def test_a_jsonl_record_naming_a_sibling_file_does_not_block_the_folder(tmp_path):
     """#33 finding 9: a .jsonl whose record claims password_policy.md made the whole first
     ingest of the folder exit 2 with 0 documents; now the file keeps its name, the record is

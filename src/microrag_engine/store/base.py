@@ -236,6 +236,11 @@ class SearchableStore(Store):
         union of both legs' top ``n`` among chunks labelled ``labels`` (all when ``None``) and,
         when given, of documents ``docs`` only (a query-time filter; statistics stay per label)."""
 
+    @abstractmethod
+    def holds(self, term: str, labels: list[str] | None) -> bool:
+        """Whether a chunk labelled ``labels`` (every unreserved label when ``None``) holds the
+        (tokenised) ``term``: the answerer's check of a code name no readable document has."""
+
 
 def check_snapshot(snap: Snapshot) -> list[str]:
     """Backend-neutral invariants: counts, ids, spans, vector shapes and norms."""

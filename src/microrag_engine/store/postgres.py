@@ -530,6 +530,13 @@ class PostgresStore(SearchableStore):
         ceiling = sum(lucene_idf(dfs.get(term_id(t), 0), n_chunks) for t in tokens)
         return [(Chunk(*r[:7]), float(r[7] or 0.0), float(r[8])) for r in rows], ceiling
 
+    def holds(self, term: str, labels: list[str] | None) -> bool:
+        # (no labels: every unreserved one - what waits for review never answers a question)
+        label_sql, label_args = ("AND label = ANY(%s)", [labels]) if labels is not None else ("AND label NOT LIKE '\\_%%'", [])
+        with self.transaction(read=True):
+            return bool(self.x(f"SELECT 1 FROM term_df WHERE term = %s {label_sql} AND df > 0 LIMIT 1",
+                               (term_id(term), *label_args)))
+
     def _keyword_top(self, dfs: dict[int, int], weights: dict[int, float], n_chunks: int, q_sparse: str,
                      where: tuple[str, list], n: int) -> list[str]:
         """Ids of the BM25 top ``n``, exactly. Scoring every chunk that holds any query term reads
