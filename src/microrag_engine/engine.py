@@ -15,6 +15,7 @@ from __future__ import annotations
 import bisect
 import logging
 import secrets
+import threading
 import time
 from collections import Counter
 from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
@@ -125,6 +126,7 @@ class Engine:
         self._prior: tuple[tuple[float, int, float], dict[str, float], np.ndarray | None] | None = None
         # The rare words of the names each clearance can see, by (label set, name_rare): see _name_prior
         self._names: dict[tuple[tuple[str, ...] | None, float], DocNames] = {}
+        self._names_lock = threading.Lock()
         # Provenance tier per document (0 operator, 1 admin-approved, 2 trusted contributor): set
         # by whoever knows who uploaded what (the server); empty = every document the operator's.
         self.tiers: Mapping[str, int] = {}
@@ -390,7 +392,10 @@ class Engine:
         keyword = scorer or self.index.keyword
         if keyword is None:
             return result
-        return replace(result, weight=keyword.weight, known=keyword.holds if isinstance(keyword, BM25Scorer) else None)
+        # Which words the caller's documents hold: only from statistics of exactly what they may read.
+        own = scoped and (scorer is not None or readable is None or bool(readable.all()))
+        return replace(result, weight=keyword.weight,
+                       known=keyword.holds if own and isinstance(keyword, BM25Scorer) else None)
 
     def select(self, where: DocFilter, labels: Iterable[str] | None = None) -> set[str]:
         """The documents ``where`` admits among those ``labels`` may read (a filter must not
@@ -431,18 +436,28 @@ class Engine:
         if settings.w_name <= 0:
             return {}
         key = (None if labels is None else tuple(sorted({x for x in labels if not x.startswith("_")})), settings.name_rare)
-        names = self._names.get(key)
+        cache = self._names  # (``relabel`` installs a new one: a build begun before it lands in this one)
+        names = cache.get(key)
         if names is None:
-            titles = self.titles(key[0])
-            readable = None if self.records else self.mask(key[0])
-            if readable is not None:  # an in-memory engine's labels live on its chunks
-                table = self.index.chunks
-                seen = {table.doc_names[c] for c in np.unique(np.asarray(table.doc_of)[readable])}
-                titles = {d: t for d, t in titles.items() if d in seen}
-            if len(self._names) >= 16:  # a handful of clearances in practice; bound it anyway
-                self._names.clear()
-            names = self._names[key] = DocNames(titles, settings.name_rare)
+            with self._names_lock:  # one build per clearance, however many requests ask at once
+                names = cache.get(key)
+                if names is None:
+                    names = DocNames(self._visible_titles(key[0]), settings.name_rare)
+                    if len(cache) >= 16:  # a handful of clearances in practice; bound it anyway
+                        cache.clear()
+                    cache[key] = names
         return name_boost(names, query, settings.w_name)
+
+    def _visible_titles(self, labels: tuple[str, ...] | None) -> dict[str, str]:
+        """Document -> title of what ``labels`` may read: by the chunks' own labels where this
+        engine holds them (``relabel`` changes those, not the records), else by the records."""
+        if self.store is not None:
+            return self.titles(labels)
+        table, readable = self.index.chunks, self.mask(labels)
+        docs = table.doc_names if readable is None else \
+            [table.doc_names[c] for c in np.unique(np.asarray(table.doc_of)[readable])]
+        every = self.titles()
+        return {d: every.get(d) or Path(d).stem for d in docs}
 
     def _penalty(self, settings: Settings) -> np.ndarray | None:
         """The length prior per chunk, aligned with ``index.chunks`` (None: no long documents)."""

@@ -89,28 +89,62 @@ def _looks_identifier(word: str) -> bool:
     return len(parts) > 1 and all(len(p) >= 2 for p in parts)
 def names_code(word: str) -> bool:
     """A dotted or snake_case name with letters ("os.path.splitroot", "eager_task_factory"),
-    not a number, a version or an abbreviation ("3.12", "e.g.")."""
+    not a number, a version or an abbreviation ("3.12", "v2.10", "e.g.")."""
     name = word.strip("._")
-    return _looks_identifier(name) and ("_" in name or "." in name) and any(c.isalpha() for c in name)
+    return (_looks_identifier(name) and ("_" in name or "." in name) and any(c.isalpha() for c in name)
+            and not _VERSION.match(name))
 
 
-def unknown_names(query: str, known: Callable[[str], bool]) -> list[str]:
-    """The code names ``query`` asks about whose last part (``splitroot`` of
-    ``os.path.splitroot``) no document the caller can read holds (``known``: a term is in
-    some chunk). Documentation of another release answers a question about a function it
-    does not have with its neighbours ("os.path.splitdrive" for "splitroot"), and no
-    closeness in meaning rescues it: the name itself is what was asked about. Only the last
-    part: a module's methods are often written without it ("get(key)" under "dict")."""
-    out = []
-    for word in re.findall(r"[\w.]+", query):
-        if not names_code(word):
-            continue
+# Written in prose, not code: web and mail addresses are dropped before names are looked for,
+# and a dotted word ending in a file type or a domain is a file or a host ("config.yaml",
+# "vpn.acme.com"), not a member of a module.
+_ADDRESS = re.compile(r"\w+://\S+|\S+@\S+")
+_VERSION = re.compile(r"^[A-Za-z]{0,10}\d+(?:\.\d+)+[A-Za-z]?$")
+_NOT_MEMBERS = frozenset("""com org net io dev app edu gov int example internal local lan py pyc md rst txt pdf doc
+docx xls xlsx ppt pptx csv tsv json yaml yml toml ini cfg conf env html htm xml js ts css sh bat ps1 exe dll so
+log zip tar gz tgz bz2 xz png jpg jpeg gif svg mp4 sql db sqlite""".split())
+MAX_NAMES = 8  # code names looked up per question, at most (each may cost a database round trip)
+
+
+@dataclass(frozen=True)
+class UnknownNames:
+    """Code names of a question that no readable document holds: ``members`` of a module the
+    documents do have ("os.path.splitroot": refused outright), and bare ``names``
+    ("pg_cron": missing words that no closeness in meaning rescues)."""
+
+    members: tuple[str, ...] = ()
+    names: tuple[str, ...] = ()
+
+
+def unknown_names(query: str, known: Callable[[str], bool]) -> UnknownNames:
+    """The code names ``query`` asks about that no document the caller can read holds
+    (``known``: a term is in some chunk), by their last part only: a method is often written
+    without its class ("get(key)" under "dict"). Documentation of another release answers a
+    question about a function it lacks with the one next to it ("splitdrive" for
+    "os.path.splitroot"). A dotted name counts only when the documents hold everything before
+    its last dot (``my_app.views.show`` is the user's own code), and not when its last part is
+    a file type or a domain, or when it is two sentences that lost their space ("docs.Thanks")."""
+    members: list[str] = []
+    names: list[str] = []
+    seen = 0
+    for word in re.findall(r"[\w.]+", _ADDRESS.sub(" ", query)):
         name = word.strip(".")  # "__post_init__" is one word of the index, underscores and all
-        last = name.rsplit(".", 1)[-1]
+        if not names_code(name) or name in members or name in names:
+            continue
+        head, _, last = name.rpartition(".")
+        if head and (last.lower() in _NOT_MEMBERS or (head[-1].islower() and last.istitle())):
+            continue
+        seen += 1
+        if seen > MAX_NAMES:
+            break
         terms = bm25_tokens(last) + bm25_tokens(last.strip("_"))
-        if terms and not any(known(t) for t in terms):
-            out.append(name)
-    return list(dict.fromkeys(out))
+        if not terms or any(known(t) for t in terms):
+            continue
+        if not head:
+            names.append(name)
+        elif all(known(t) for t in bm25_tokens(head.replace(".", " "))):
+            members.append(name)
+    return UnknownNames(tuple(members), tuple(names))
 
 
 _HOW = re.compile(r"^\s*(?:how|what(?:'s| is) the (?:best |right )?way|show|example|can i|is there a way)\b", re.I)
@@ -523,12 +557,13 @@ def extract(query: str, retrieval: Retrieval, embedder: Embedder | None = None,
     if retrieval.refused or not retrieval.hits:
         why = retrieval.reason or "nothing retrieved answers it"
         return Extracted(NOT_IN_DOCUMENTS, why)
-    if retrieval.known is not None:
-        unknown = unknown_names(query, retrieval.known)
-        if unknown:
-            return Extracted(NOT_IN_DOCUMENTS, "the documents never mention " + ", ".join(f"'{n}'" for n in unknown))
+    unknown = unknown_names(query, retrieval.known) if retrieval.known is not None else UnknownNames()
+    if unknown.members:
+        return Extracted(NOT_IN_DOCUMENTS, "the documents never mention " + ", ".join(f"'{n}'" for n in unknown.members))
     scores = score_units(query, retrieval, embedder, weight, learned)
-    verdict = judge(scores.rel, min_support, max_missing, rescue_sem)
+    # A bare name no document holds is missing like any word, but no passage close in meaning
+    # stands in for it ("pg_cron" is not "cron"): no rescue when one is among the missing.
+    verdict = judge(scores.rel, min_support, max_missing, rescue_sem if not unknown.names else 2.0)
     if not verdict.answerable:
         return Extracted(NOT_IN_DOCUMENTS, verdict.reason)
     if not scores.spans:  # only headings and bare questions: nothing that says anything

@@ -100,3 +100,45 @@ def test_any_names_and_question_give_shares_in_range(titles, query, rare):
     shares = DocNames(titles, rare).named_by(query)
     assert set(shares) <= set(titles)
     assert all(0 < s <= 1 for s in shares.values())
+
+
+def test_a_relabel_after_a_query_derives_the_name_statistics_again():
+    """The statistics are cached per clearance: a page made secret after the first query must
+    stop counting for those who can no longer read it."""
+    settings = override(preset("default"), embedder="hash")
+    engine = Engine.from_documents(_docs("notes.md", "parking.md", "parking-plan.md"), settings)
+    ask = "who keeps the parking records?"
+    assert engine.retrieve(ask, labels=["public"]).hits[0].chunk.doc == "notes.md"  # "parking" names two pages
+    engine.relabel([c.doc == "parking-plan.md" for c in engine.index.chunks], "secret")
+    assert engine.retrieve(ask, labels=["public"]).hits[0].chunk.doc == "parking.md"
+
+
+@pytest.mark.parametrize("hidden", ["restricted", "_quarantine"])
+def test_a_stored_page_the_caller_cannot_read_does_not_count(tmp_path, hidden):
+    """An index on disk: a restricted page (front matter) counts only for those cleared for it,
+    and one waiting for review (``_quarantine``, relabelled in the engine) for no one."""
+    from microrag_engine.ingest import ingest_paths
+    from microrag_engine.store import open_store
+
+    (tmp_path / "docs").mkdir()
+    for name in ("notes.md", "parking.md"):
+        (tmp_path / "docs" / name).write_text(f"{FACT}\n")
+    front = "---\nlabel: restricted\n---\n" if hidden == "restricted" else ""
+    (tmp_path / "docs" / "parking-plan.md").write_text(f"{front}Spaces are assigned in March.\n")
+    settings = override(preset("default"), embedder="hash", dlp="off")
+    store = open_store(tmp_path / "ix", create=True)
+    ingest_paths(store, [tmp_path / "docs"], settings, collection="")
+    engine = Engine.from_store(store, settings)
+    if hidden == "_quarantine":
+        engine.relabel([c.doc == "parking-plan.md" for c in engine.index.chunks], hidden)
+    ask = "who keeps the parking records?"
+    assert engine.retrieve(ask, labels=None if hidden == "_quarantine" else ["public"]).hits[0].chunk.doc == "parking.md"
+    if hidden == "restricted":  # cleared: "parking" names two pages of three, so no prior, and corpus order decides
+        assert engine.retrieve(ask, labels=["public", "restricted"]).hits[0].chunk.doc == "notes.md"
+    store.close()
+
+
+def test_a_question_of_many_words_looks_up_a_bounded_number():
+    titles = {f"p{i}.md": f"word{i}" for i in range(200)}
+    names = DocNames(titles, rare=0.05)
+    assert len(names.named_by(" ".join(f"word{i}" for i in range(200)))) == 32

@@ -15,6 +15,7 @@ from __future__ import annotations
 
 from collections import Counter, defaultdict
 from collections.abc import Mapping
+from functools import lru_cache
 from pathlib import PurePosixPath
 
 from ..text import bm25_tokens
@@ -22,6 +23,10 @@ from ..text import bm25_tokens
 _SEPARATORS = str.maketrans("_-.+~", "     ")
 
 
+MAX_QUERY_WORDS = 32  # distinct words of a question looked up, at most (a pasted page is not a question)
+
+
+@lru_cache(maxsize=1 << 18)  # each write's engine names the same documents again
 def name_tokens(doc: str, title: str) -> frozenset[str]:
     """The production tokens of a document's title and file stem (``sql-createtable`` -> sql, createt)."""
     stem = PurePosixPath(doc).stem.translate(_SEPARATORS)
@@ -49,7 +54,7 @@ class DocNames:
         rare words the query holds ("git config" names ``git-config.html`` whole, and
         ``git-config-global.html`` half)."""
         found: Counter[str] = Counter()
-        for t in set(bm25_tokens(query)):
+        for t in list(dict.fromkeys(bm25_tokens(query)))[:MAX_QUERY_WORDS]:
             found.update(self.named.get(t, ()))
         return {doc: n / self.rare_words[doc] for doc, n in found.items()}
 
