@@ -98,8 +98,8 @@ def names_code(word: str) -> bool:
 # Written in prose, not code: web and mail addresses are dropped before names are looked for,
 # and a dotted word ending in a file type or a domain is a file or a host ("config.yaml",
 # "vpn.acme.com"), not a member of a module.
-_ADDRESS = re.compile(r"\w+://\S+|\S+@\S+")
-_VERSION = re.compile(r"^[A-Za-z]{0,10}\d+(?:\.\d+)+[A-Za-z]?$")
+_ADDRESS = rx.compile(r"\w+://\S+|\S+@\S+")  # (RE2: "\S+@" backtracks quadratically in re)
+_VERSION = rx.compile(r"^[A-Za-z]{0,10}\d+(?:\.\d+)+[A-Za-z]?$")
 _NOT_MEMBERS = frozenset("""com org net io dev app edu gov int example internal local lan py pyc md rst txt pdf doc
 docx xls xlsx ppt pptx csv tsv json yaml yml toml ini cfg conf env html htm xml js ts css sh bat ps1 exe dll so
 log zip tar gz tgz bz2 xz png jpg jpeg gif svg mp4 sql db sqlite""".split())
