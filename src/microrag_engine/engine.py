@@ -46,7 +46,7 @@ from .retrieve.names import DocNames, name_boost
 from .runtime.llm import ChatStream
 from .runtime.tracing import span
 from .store.base import DocFilter, DocRecord, SearchableStore, Store
-from .text import bm25_fingerprint
+from .text import bm25_fingerprint, bm25_tokens
 from .tools import FileTool, ToolResult
 from .types import CONTRADICTED, ENTAILED, NEUTRAL, NOT_IN_DOCUMENTS, NOT_SUPPORTED, Chunk, Document, Hit, Retrieval, Turn
 from .verify import Verification, verify_with
@@ -378,8 +378,9 @@ class Engine:
             ranked = rank_candidates(query, [c for c, _, _ in found], np.array([k for _, k, _ in found]),
                                      np.array([e for _, _, e in found]), settings, safeguards, ceiling, penalty,
                                      self._name_prior(query, settings, labels))
-            # asked of the database only for a question that names code (generate.unknown_names)
-            return replace(ranked, known=partial(self.store.holds, labels=visible))
+            # Both asked of the database only when the answerer reads them (not for a bare retrieve).
+            return replace(ranked, weight=StoreWeights(self.store, bm25_tokens(query), visible),
+                           known=partial(self.store.holds, labels=visible))
         readable = self.mask(labels)
         scorer = self._scoped_keyword(labels, readable) if scoped else None
         allowed = readable
@@ -764,6 +765,21 @@ def earlier_turns(turns: Sequence[Turn]) -> list[Turn]:
     """The conversation before its last user message."""
     last = max((i for i, t in enumerate(turns) if t.role == "user"), default=len(turns))
     return list(turns[:last])
+
+
+class StoreWeights:
+    """A question's word weights (BM25 IDF under the caller's labels) from a database, fetched
+    in one round trip on the first call: the answerer weighs words with it as it does with an
+    in-memory index's (``Retrieval.weight``)."""
+
+    def __init__(self, store: SearchableStore, terms: list[str], labels: list[str] | None) -> None:
+        self.store, self.terms, self.labels = store, terms, labels
+        self._idf: dict[str, float] | None = None
+
+    def __call__(self, term: str) -> float:
+        if self._idf is None or term not in self._idf:
+            self._idf = {**(self._idf or {}), **self.store.idf([*self.terms, term], self.labels)}
+        return self._idf[term]
 
 
 def _with_title(doc: Document) -> tuple[tuple[str, str], ...]:

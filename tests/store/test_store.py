@@ -508,6 +508,32 @@ def test_postgres_answers_a_code_name_under_the_callers_labels(tmp_path):
         store.close()
 
 
+@needs_pg
+def test_postgres_answerer_weighs_words_as_an_in_memory_index_does(tmp_path):
+    """The answerer weighs a question's words by IDF under the caller's labels: the database's
+    weights equal those of the same index held in memory, clearance by clearance."""
+    from microrag_engine.text import bm25_tokens
+
+    files = {f"pub{i}.md": f"kiwi fruit note {i}. " + "kiwi " * i for i in range(6)}
+    files.update({f"sec{i}.md": "---\nlabel: restricted\n---\n" + "kiwi fruit secret mango. " * 4 for i in range(3)})
+    store = _pg_store()
+    try:
+        settings = override(SEED, keyword="bm25")
+        ingest_paths(store, [write(tmp_path / "docs", files)], settings)
+        remote, local = Engine.from_store(store, settings), Engine.from_store(store, settings, remote=False)
+        assert remote.store is not None and local.store is None
+        q = "kiwi fruit secret mango note"
+        for labels in (["public"], ["public", "restricted"], None):
+            got, want = remote.retrieve(q, safeguards=True, labels=labels), local.retrieve(q, safeguards=True, labels=labels)
+            assert got.weight is not None and want.weight is not None
+            for t in bm25_tokens(q) + ["unseenword"]:
+                assert got.weight(t) == pytest.approx(want.weight(t), rel=1e-9), (labels, t)
+        assert remote.retrieve(q, labels=["public"]).weight("secret") > remote.retrieve(q, labels=None).weight("secret")
+    finally:
+        store.drop()
+        store.close()
+
+
 def test_a_jsonl_record_naming_a_sibling_file_does_not_block_the_folder(tmp_path):
     """#33 finding 9: a .jsonl whose record claims password_policy.md made the whole first
     ingest of the folder exit 2 with 0 documents; now the file keeps its name, the record is

@@ -237,6 +237,12 @@ class SearchableStore(Store):
         when given, of documents ``docs`` only (a query-time filter; statistics stay per label)."""
 
     @abstractmethod
+    def idf(self, terms: list[str], labels: list[str] | None) -> dict[str, float]:
+        """Each (tokenised) term's BM25 IDF over the chunks labelled ``labels`` (every
+        unreserved label when ``None``), as ``search`` weighs it: the answerer weighs the
+        question's words with it, as it does with an in-memory index's."""
+
+    @abstractmethod
     def holds(self, term: str, labels: list[str] | None) -> bool:
         """Whether a chunk labelled ``labels`` (every unreserved label when ``None``) holds the
         (tokenised) ``term``: the answerer's check of a code name no readable document has."""

@@ -530,6 +530,17 @@ class PostgresStore(SearchableStore):
         ceiling = sum(lucene_idf(dfs.get(term_id(t), 0), n_chunks) for t in tokens)
         return [(Chunk(*r[:7]), float(r[7] or 0.0), float(r[8])) for r in rows], ceiling
 
+    def idf(self, terms: list[str], labels: list[str] | None) -> dict[str, float]:
+        ids = {t: term_id(t) for t in dict.fromkeys(terms)}
+        label_sql, label_args = ("AND label = ANY(%s)", [labels]) if labels is not None else ("", [])
+        with self.transaction(read=True):
+            self.x("SET TRANSACTION ISOLATION LEVEL REPEATABLE READ")  # the count and the dfs of one commit
+            n_chunks = int(self.x(f"SELECT coalesce(sum(n), 0) FROM label_stats WHERE true {label_sql}",
+                                  label_args)[0][0])
+            dfs = dict(self.x(f"SELECT term, sum(df)::int FROM term_df WHERE term = ANY(%s::bigint[]) {label_sql} "
+                              "GROUP BY term", (sorted(set(ids.values())), *label_args))) if ids else {}
+        return {t: lucene_idf(dfs.get(i, 0), n_chunks) for t, i in ids.items()}
+
     def holds(self, term: str, labels: list[str] | None) -> bool:
         # (no labels: every unreserved one - what waits for review never answers a question)
         label_sql, label_args = ("AND label = ANY(%s)", [labels]) if labels is not None else ("AND label NOT LIKE '\\_%%'", [])
