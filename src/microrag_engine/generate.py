@@ -87,6 +87,8 @@ def _looks_identifier(word: str) -> bool:
         return True
     parts = inner.split(".")  # "os.path" yes, "e.g" no
     return len(parts) > 1 and all(len(p) >= 2 for p in parts)
+
+
 def names_code(word: str) -> bool:
     """A dotted or snake_case name with letters ("os.path.splitroot", "eager_task_factory"),
     not a number, a version or an abbreviation ("3.12", "v2.10", "e.g.")."""
@@ -563,7 +565,7 @@ def extract(query: str, retrieval: Retrieval, embedder: Embedder | None = None,
     scores = score_units(query, retrieval, embedder, weight, learned)
     # A bare name no document holds is missing like any word, but no passage close in meaning
     # stands in for it ("pg_cron" is not "cron"): no rescue when one is among the missing.
-    verdict = judge(scores.rel, min_support, max_missing, rescue_sem if not unknown.names else 2.0)
+    verdict = judge(scores.rel, min_support, max_missing, rescue_sem if not unknown.names else math.inf)
     if not verdict.answerable:
         return Extracted(NOT_IN_DOCUMENTS, verdict.reason)
     if not scores.spans:  # only headings and bare questions: nothing that says anything
