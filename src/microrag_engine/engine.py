@@ -287,7 +287,7 @@ class Engine:
         ``None`` means every label except the reserved ones (``_quarantine``): content
         waiting for review is never retrievable, whoever asks and however.
         """
-        key = None if labels is None else tuple(sorted({x for x in labels if not x.startswith("_")}))
+        key = _clearance(labels)
         if key in self._masks:
             return self._masks[key]
         if key is None:
@@ -436,7 +436,7 @@ class Engine:
         of what ``labels`` may read: made once per clearance and engine, as the keyword views are."""
         if settings.w_name <= 0:
             return {}
-        key = (None if labels is None else tuple(sorted({x for x in labels if not x.startswith("_")})), settings.name_rare)
+        key = (_clearance(labels), settings.name_rare)
         cache = self._names  # (``relabel`` installs a new one: a build begun before it lands in this one)
         names = cache.get(key)
         if names is None:
@@ -765,6 +765,12 @@ def earlier_turns(turns: Sequence[Turn]) -> list[Turn]:
     """The conversation before its last user message."""
     last = max((i for i, t in enumerate(turns) if t.role == "user"), default=len(turns))
     return list(turns[:last])
+
+
+def _clearance(labels: Iterable[str] | None) -> tuple[str, ...] | None:
+    """A label set as the key of what is cached per clearance: sorted, reserved labels dropped
+    (nobody reads ``_quarantine``); None: every unreserved label."""
+    return None if labels is None else tuple(sorted({x for x in labels if not x.startswith("_")}))
 
 
 class StoreWeights:

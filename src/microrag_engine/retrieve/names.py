@@ -7,8 +7,9 @@ ones rare among the names a caller can see: ``name_rare`` of them at most (at le
 so "sqlite" in every page's title, or "reference", moves nothing.
 
 The statistic is computed per clearance (``Engine`` makes one per label set), as BM25's is: a
-name the caller cannot read never changes how a readable one ranks. Measured on the QA dev
-sets (benchmarks/results/qa.md); ``w_name = 0`` turns it off (the seed).
+name the caller cannot read never changes how a readable one ranks. Its weight was chosen on
+the QA dev sets (``benchmarks/name_prior.py``: benchmarks/results/name-prior.md); ``w_name = 0``
+turns it off (the seed).
 """
 
 from __future__ import annotations
@@ -21,8 +22,6 @@ from pathlib import PurePosixPath
 from ..text import bm25_tokens
 
 _SEPARATORS = str.maketrans("_-.+~", "     ")
-
-
 MAX_QUERY_WORDS = 32  # distinct words of a question looked up, at most (a pasted page is not a question)
 
 
