@@ -57,7 +57,7 @@ def embed_rate(corpus: Path, preset_name: str, files: int = 150) -> float:
     paths = [path for path, _ in zip((p for p, _ in iter_files(corpus)), range(files))]
     docs = load_documents(paths)
     texts = [c.text for c in chunk_documents(docs, settings.chunker, settings.size, settings.overlap, settings.max_tokens,
-                                             emb.count_tokens)]
+                                             emb)]
     emb.embed(texts[:8])
     t0 = time.perf_counter()
     emb.embed(texts)

@@ -2,10 +2,12 @@
 
 from __future__ import annotations
 
+import pytest
 from hypothesis import given
 from hypothesis import settings as hsettings
 from hypothesis import strategies as st
 
+from conftest import needs_models
 from microrag_engine.chunk import chunk_chars, chunk_documents, chunk_sentences
 from microrag_engine.load import load_documents
 from microrag_engine.text import approx_tokens, sentence_spans
@@ -92,3 +94,52 @@ def test_a_long_text_without_sentence_breaks_is_cut_in_linear_time():
     assert big < 0.5 or big / max(small, 1e-3) < 10, (small, big)
     pieces = chunk_sentences("log.txt", " ".join(f"w{i}" for i in range(2_000)), 64)
     assert " ".join(c.text for c in pieces) == " ".join(f"w{i}" for i in range(2_000))
+
+
+# ---------------------------------------------------------------- additive token counts
+
+
+class _Exact:
+    """The MiniLM counter, every span counted whole (what the chunker did before #34)."""
+
+    additive_counts = False
+
+    def __init__(self, counter) -> None:
+        self.count_tokens = counter.count_tokens
+
+
+_PIECES = ["word", "Café", "naïve", "x", "e.g.", "v2.10", "a,b", "—", "日本語", "(see", "below)", "`code`",
+           "snake_case_name", "ÅNGSTRÖM", "ﬁle", "1.", "!", "?", "#", "##", "-", "\x00", "\x1c", "\u00a0", "\u200b"]
+_GAPS = [" ", "  ", "\n", "\n\n", "\t", "\r\n", ". ", ".\n\n", "? ", "! ", "\n# ", "\n- ", "\n```\n", "", "\u3000", "\x1c\x1c", "\x85\x85"]
+
+
+@needs_models
+@hsettings(max_examples=150, deadline=None)
+@given(st.lists(st.tuples(st.sampled_from(_PIECES), st.sampled_from(_GAPS)), max_size=160), st.integers(8, 120))
+def test_additive_counts_cut_the_chunks_exact_counts_cut(parts, budget):
+    """#34: with WordPiece counts the chunker counts each sentence once and adds the counts
+    across whitespace gaps; any other gap (none at all, control or other Unicode spaces) is
+    counted whole. The chunks are the ones counting every span whole gives, and fit."""
+    from microrag_engine.index.embed import make_embedder
+
+    minilm = make_embedder("minilm")
+    text = "".join(w + g for w, g in parts)
+    fast = chunk_sentences("d", text, budget, minilm)
+    assert [(c.start, c.end) for c in fast] == [(c.start, c.end) for c in chunk_sentences("d", text, budget, _Exact(minilm))]
+    # a chunk over budget is a single unit the chunker could not cut (one word, or a code block)
+    assert all(minilm.count_tokens(c.text) <= budget or " " not in c.text.strip() or "```" in c.text for c in fast)
+
+
+@needs_models
+@pytest.mark.parametrize("gap", ["\x1c\x1c", "\x85\x85", "\u2028\u2028", "\u200b\n\n\u200b"])
+def test_a_gap_the_tokenizer_drops_is_counted_whole(gap):
+    """Python cuts lines at these characters; BERT's normalizer drops \\x1c and \\x85 (the words
+    on either side join: "unbelievable" is 1 token, "un" + "believable" are 4), and keeps the
+    others as word breaks. The chunker adds counts only across ASCII whitespace."""
+    from microrag_engine.index.embed import make_embedder
+
+    minilm = make_embedder("minilm")
+    text = f"un{gap}believable"
+    for budget in range(3, 9):
+        fast = chunk_sentences("d", text, budget, minilm)
+        assert [c.text for c in fast] == [c.text for c in chunk_sentences("d", text, budget, _Exact(minilm))], budget

@@ -291,7 +291,7 @@ def test_documents_prepared_elsewhere_in_any_split_land_as_a_local_ingest_lands_
     batch: list[ingest.Prepared] = []
     shards = [corpus.files[i:i + 2] for i in range(0, len(corpus.files), 2)]
     for shard in shards:
-        for item in ingest.prepare_files(shard, run.plan, embedder.count_tokens):
+        for item in ingest.prepare_files(shard, run.plan, embedder):
             assert not isinstance(item, str)
             corpus.loaded.add(item.record.doc)
             run.count(item.record.doc, len(item.chunks), item.findings, item.replaces)
@@ -671,3 +671,4 @@ def test_a_file_whose_name_is_not_utf8_is_skipped_with_a_warning(tmp_path, store
     with caplog.at_level("WARNING", logger="microrag"):
         report = ingest_paths(store, [docs], DEFAULT, collection="")
     assert report.added == ["notes.md"] and "not UTF-8" in caplog.text
+

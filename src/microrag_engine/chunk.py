@@ -18,6 +18,7 @@ import logging
 import re
 from collections.abc import Callable, Iterable
 from dataclasses import replace
+from typing import Protocol
 
 from .text import approx_tokens, sentence_spans
 from .types import Chunk, Document
@@ -73,22 +74,66 @@ def _split_long(text: str, s: int, e: int, max_tokens: int, count: Callable[[str
     return pieces
 
 
+# A gap of ASCII whitespace between two pieces of text is a word break to every tokenizer we
+# count with additively (BERT's normalizer turns it into spaces, its pre-tokenizer splits there).
+_CLEAN_GAP = re.compile(r"[ \t\n\r]+")
+
+
+class TokenCounter(Protocol):
+    """How a chunker counts tokens: an embedder is one.
+
+    ``additive_counts``: the count of two texts joined by whitespace is the sum of their counts
+    less the specials every count carries (``count_tokens("")``), as with WordPiece. A chunker
+    then counts each sentence once instead of re-counting the chunk it grows per sentence."""
+
+    additive_counts: bool
+
+    def count_tokens(self, text: str) -> int: ...
+
+
+class ApproxCounter:
+    """``text.approx_tokens``: rounded per call, so counts do not add up."""
+
+    additive_counts = False
+
+    def count_tokens(self, text: str) -> int:
+        return approx_tokens(text)
+
+
+APPROX = ApproxCounter()
+
+
 def chunk_sentences(
     doc: str,
     text: str,
     max_tokens: int = 256,
-    count_tokens: Callable[[str], int] = approx_tokens,
+    counter: TokenCounter = APPROX,
 ) -> list[Chunk]:
     """Greedily pack whole sentences into chunks of at most ``max_tokens`` tokens.
 
     Sentences never straddle chunks; a Markdown heading starts a new chunk when the
     current one is already half full, so sections tend to stay together.
     """
+    count_tokens, additive = counter.count_tokens, counter.additive_counts
+    # With additive counts, a span of units whose gaps are all whitespace counts as the sum of
+    # its units' counts (each unit counted once: linear, where re-counting the growing chunk per
+    # sentence was quadratic in the sentences per chunk); any other span is counted whole.
     units: list[tuple[int, int]] = []
+    counts: list[int] = []
     for s, e in sentence_spans(text):
-        units.extend([(s, e)] if count_tokens(text[s:e]) <= max_tokens else _split_long(text, s, e, max_tokens, count_tokens))
+        n = count_tokens(text[s:e])
+        if n <= max_tokens:
+            units.append((s, e))
+            counts.append(n)
+        else:
+            pieces = _split_long(text, s, e, max_tokens, count_tokens)
+            units.extend(pieces)
+            counts.extend(count_tokens(text[a:b]) for a, b in pieces)
+    specials = count_tokens("") if additive else 0
     chunks: list[Chunk] = []
     cur: list[tuple[int, int]] = []
+    held = 0  # tokens of the units in ``cur`` less their specials, while ``clean``
+    clean = True  # every gap between the units in ``cur`` is whitespace
 
     def flush() -> None:
         if cur:
@@ -96,13 +141,22 @@ def chunk_sentences(
             chunks.append(Chunk(f"{doc}#{len(chunks)}", doc, len(chunks), s, e, text[s:e]))
             cur.clear()
 
-    for s, e in units:
+    def tokens(a: int, b: int, summed: int, exact: bool) -> int:
+        return summed + specials if exact else count_tokens(text[a:b])
+
+    for k, (s, e) in enumerate(units):
         if cur:
-            joined = text[cur[0][0] : e]
-            heading = text[s] == "#" and count_tokens(text[cur[0][0] : cur[-1][1]]) > max_tokens // 2
-            if heading or count_tokens(joined) > max_tokens:
+            joins = additive and clean and _CLEAN_GAP.fullmatch(text, cur[-1][1], s) is not None
+            heading = text[s] == "#" and tokens(cur[0][0], cur[-1][1], held, additive and clean) > max_tokens // 2
+            if heading or tokens(cur[0][0], e, held + (counts[k] - specials if additive else 0), joins) > max_tokens:
                 flush()
+            else:
+                clean = joins
+        if not cur:
+            held, clean = 0, True
         cur.append((s, e))
+        if additive:
+            held += counts[k] - specials
     flush()
     return chunks
 
@@ -113,7 +167,7 @@ def chunk_documents(
     size: int = 300,
     overlap: int = 60,
     max_tokens: int = 256,
-    count_tokens: Callable[[str], int] = approx_tokens,
+    counter: TokenCounter = APPROX,
 ) -> list[Chunk]:
     """Chunk every document with the named chunker; pre-chunked ones pass through.
 
@@ -127,13 +181,13 @@ def chunk_documents(
         starts = page_starts(d)
         if not starts or starts[0] != 0:
             out.extend(chunk_chars(d.path, d.text, size, overlap) if chunker == "chars" else
-                       chunk_sentences(d.path, d.text, max_tokens, count_tokens))
+                       chunk_sentences(d.path, d.text, max_tokens, counter))
             continue
         # page by page: a chunk never straddles two pages, so its citation's page is exact
         n = 0
         for page, (a, b) in enumerate(zip(starts, [*starts[1:], len(d.text)]), start=1):
             part = chunk_chars(d.path, d.text[a:b], size, overlap) if chunker == "chars" else \
-                chunk_sentences(d.path, d.text[a:b], max_tokens, count_tokens)
+                chunk_sentences(d.path, d.text[a:b], max_tokens, counter)
             for c in part:
                 out.append(replace(c, id=f"{d.path}#{n}", index=n, start=a + c.start, end=a + c.end, page=page))
                 n += 1

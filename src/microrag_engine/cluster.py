@@ -167,7 +167,7 @@ def prepare_shard(shard: list[tuple[Source, Path, str]], plan_box: list[Any], di
         _PLANS.clear()
         plan = _PLANS[ref.hex()] = _ray().get(ref)
     with _warnings() as warned:
-        items = prepare_files(shard, plan, _embedder(plan.settings.embedder).count_tokens, screen)
+        items = prepare_files(shard, plan, _embedder(plan.settings.embedder), screen)
     return ShardResult(items, warned, _me())
 
 

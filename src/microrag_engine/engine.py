@@ -320,7 +320,7 @@ class Engine:
             embedder = make_embedder(settings.embedder)
             with span("microrag.chunk") as step:
                 chunks = chunk_documents(
-                    docs, settings.chunker, settings.size, settings.overlap, settings.max_tokens, embedder.count_tokens
+                    docs, settings.chunker, settings.size, settings.overlap, settings.max_tokens, embedder
                 )
                 step.set(chunks=len(chunks))
             with span("microrag.embed", chunks=len(chunks)):  # (the keyword index is fitted here too)

@@ -33,7 +33,7 @@ from pathlib import Path
 import numpy as np
 
 from . import guard, rx
-from .chunk import chunk_documents, page_starts
+from .chunk import TokenCounter, chunk_documents, page_starts
 from .config import Settings
 from .errors import ConfigError, CorpusError
 from .index.embed import Embedder, make_embedder
@@ -378,7 +378,7 @@ class Plan:
     digest: str = ""  # the embedder build's digest: vectors from another build are stale
     name_key: str = ""  # the store's key for redacted names (``name_key``)
 
-    def prepare(self, doc: Document, origin: str, count_tokens: Callable[[str], int]) -> Prepared | None:
+    def prepare(self, doc: Document, origin: str, counter: TokenCounter) -> Prepared | None:
         """``doc`` guarded and chunked, or ``None`` when the stored version is the same."""
         settings = self.settings
         text_hash = content_hash(doc, settings, self.digest)
@@ -392,7 +392,7 @@ class Plan:
         restrict = restrict or (settings.dlp == "label" and bool(in_name))
         if restrict and self.label is None:
             doc_label = "restricted"
-        chunks = chunk_documents([doc], settings.chunker, settings.size, settings.overlap, settings.max_tokens, count_tokens)
+        chunks = chunk_documents([doc], settings.chunker, settings.size, settings.overlap, settings.max_tokens, counter)
         # Every record has a title (uploads too, not only files read by ``ingest_paths``):
         # filters and the page's suggested questions read it. Taken after DLP, from the stored text.
         meta = doc.meta if "title" in dict(doc.meta) else (*doc.meta, ("title", title_of(doc)))
@@ -541,7 +541,7 @@ def stream_documents(
     with span("microrag.ingest") as step:
         try:
             batch: list[Prepared] = []
-            for item in _prepared(docs, run.plan, embedder.count_tokens):
+            for item in _prepared(docs, run.plan, embedder):
                 consumed += 1
                 ticker.tick(done() if done else consumed)
                 if isinstance(item, str):
@@ -657,7 +657,7 @@ _END = object()
 
 
 def _prepared(docs: Iterable[tuple[Document, str] | str], plan: Plan,
-              count_tokens: Callable[[str], int]) -> Iterator[Prepared | str]:
+              counter: TokenCounter) -> Iterator[Prepared | str]:
     """``plan.prepare`` over ``docs`` on a loader thread, ahead of the caller by at most
     ``QUEUE_DEPTH`` documents; an unchanged document comes out as its id. Errors (a clash
     between two inputs, a parser's) surface in the caller's thread, in order."""
@@ -686,7 +686,7 @@ def _prepared(docs: Iterable[tuple[Document, str] | str], plan: Plan,
                 if doc.path in seen:
                     raise clash(doc.path)
                 seen.add(doc.path)
-                ready = plan.prepare(doc, origin, count_tokens)
+                ready = plan.prepare(doc, origin, counter)
                 if not put(doc.path if ready is None else ready):
                     return
             put(_END)
@@ -1023,7 +1023,7 @@ class Refused:
     why: str
 
 
-def prepare_files(files: Iterable[tuple[Source, Path, str]], plan: Plan, count_tokens: Callable[[str], int],
+def prepare_files(files: Iterable[tuple[Source, Path, str]], plan: Plan, counter: TokenCounter,
                   screen: Screen | None = None) -> list[Prepared | str | Held | Refused | Unchanged]:
     """Load, map, guard and chunk ``files`` (the part of ``ingest_paths`` before embedding, for
     a worker elsewhere): per document in order, its id if unchanged, its ``Held`` verdict when
@@ -1055,7 +1055,7 @@ def prepare_files(files: Iterable[tuple[Source, Path, str]], plan: Plan, count_t
         if reasons:
             out.append(Held(doc.path, reasons, str(current[0].resolve()), got.stale))
             continue
-        ready = plan.prepare(doc, origin, count_tokens)
+        ready = plan.prepare(doc, origin, counter)
         named_by = f"{record_of}: {d.path}" if record_of else ""
         if ready is None:
             out.append(Unchanged(doc.path, named_by) if named_by else doc.path)

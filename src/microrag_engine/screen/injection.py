@@ -36,7 +36,7 @@ import json
 import re
 import threading
 import zlib
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from importlib.resources import files
 
@@ -110,23 +110,47 @@ def use_model(weights: np.ndarray, bias: float) -> None:
 
 def features(text: str) -> np.ndarray:
     """Sorted unique hash buckets of ``text`` (see ``FEATURE_SPEC``)."""
-    canon = " ".join(guard.canonical(text).lower().split())
-    toks = _TOKEN.findall(canon)
-    keys = [f"w:{t}" for t in toks] + [f"b:{a} {b}" for a, b in zip(toks, toks[1:])]
-    word = np.fromiter((zlib.crc32(k.encode("utf-8")) for k in keys), dtype=np.uint64, count=len(keys))
-    padded = f" {canon} "
+    return features_many([text])[0]
+
+
+def features_many(texts: Sequence[str]) -> list[np.ndarray]:
+    """``features`` of each of ``texts``, computed together: the character n-grams of every
+    text are hashed in one pass over their concatenation (an n-gram that would straddle two
+    texts is dropped), so a page's hundreds of windows cost a few array operations, not a few
+    per window (#34: the screen was a quarter of an ingest's CPU)."""
+    canons = [" ".join(guard.canonical(t).lower().split()) for t in texts]
+    crc: dict[str, int] = {}  # a window pair repeats its sentences' words
+    keys: list[np.ndarray] = []
+    for w, canon in enumerate(canons):
+        toks = _TOKEN.findall(canon)
+        grams = [f"w:{t}" for t in toks] + [f"b:{a} {b}" for a, b in zip(toks, toks[1:])]
+        hashed = np.fromiter((crc[k] if k in crc else crc.setdefault(k, zlib.crc32(k.encode("utf-8"))) for k in grams),
+                             dtype=np.uint64, count=len(grams))
+        keys.append(np.uint64(w) * np.uint64(DIM) + hashed % np.uint64(DIM))
+    padded = "".join(f" {c} " for c in canons)
     codes = np.frombuffer(padded.encode("utf-32-le"), dtype=np.uint32).astype(np.uint64)
-    parts = [word % DIM]
+    owner = np.repeat(np.arange(len(canons), dtype=np.uint64), [len(c) + 2 for c in canons])
     with np.errstate(over="ignore"):
         for n in CHAR_NGRAMS:
             if len(codes) < n:
                 continue
-            h = np.zeros(len(codes) - n + 1, dtype=np.uint64)
+            m = len(codes) - n + 1
+            h = np.zeros(m, dtype=np.uint64)
             for k in range(n):
-                h = h * np.uint64(1000003) + codes[k : len(codes) - n + 1 + k]
+                h = h * np.uint64(1000003) + codes[k : m + k]
             h = (h ^ np.uint64(n)) * np.uint64(0x9E3779B97F4A7C15)
-            parts.append((h >> np.uint64(32)) % np.uint64(DIM))
-    return np.unique(np.concatenate(parts)).astype(np.int64)
+            inside = owner[:m] == owner[n - 1:]  # the n-gram starts and ends in the same text
+            keys.append(owner[:m][inside] * np.uint64(DIM) + (h[inside] >> np.uint64(32)) % np.uint64(DIM))
+    unique = _unique(np.concatenate(keys)) if keys else np.zeros(0, np.uint64)
+    bounds = np.searchsorted(unique, np.arange(len(canons) + 1, dtype=np.uint64) * np.uint64(DIM))
+    return [(unique[a:b] % np.uint64(DIM)).astype(np.int64) for a, b in zip(bounds, bounds[1:])]
+
+
+def _unique(a: np.ndarray) -> np.ndarray:
+    """``np.unique(a)`` by sorting: numpy 2's hash-based unique ran 20x slower here than its
+    SIMD sort on ~20,000 keys (the same set, sorted either way)."""
+    a = np.sort(a)
+    return a[np.concatenate(([True], a[1:] != a[:-1]))] if len(a) else a
 
 
 def _score(idx: np.ndarray) -> float:
@@ -179,14 +203,14 @@ def flagged(text: str, threshold: float | None = None, where: Callable[[str], bo
         return []
     limit = THRESHOLD if threshold is None else threshold
     units, wins = _windows(text)
+    scored = [(i, j) for i, j in wins
+              if len(_WORD.findall(text, units[i][0], min(units[j][1], units[i][0] + MAX_WINDOW_CHARS))) >= MIN_WINDOW_WORDS
+              and (where is None or where(text[units[i][0]:units[j][1]]))]
     hits = []
-    for i, j in wins:
-        s, e = units[i][0], units[j][1]
-        if len(_WORD.findall(text[s:e], 0, MAX_WINDOW_CHARS)) < MIN_WINDOW_WORDS or (where is not None and not where(text[s:e])):
-            continue
-        p = _score(features(text[s:e]))
+    for (i, j), idx in zip(scored, features_many([text[units[i][0]:units[j][1]] for i, j in scored])):
+        p = _score(idx)
         if p >= limit:
-            hits.append((p, s, i, j))
+            hits.append((p, units[i][0], i, j))
     hits.sort(key=lambda t: (-t[0], t[1], t[3]))
     taken = bytearray(len(units))
     out = []
