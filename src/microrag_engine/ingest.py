@@ -28,6 +28,7 @@ from collections.abc import Callable, Iterable, Iterator
 from concurrent.futures import Future, ThreadPoolExecutor, wait
 from dataclasses import dataclass, field, replace
 from datetime import UTC, datetime
+from functools import lru_cache
 from pathlib import Path
 
 import numpy as np
@@ -35,6 +36,7 @@ import numpy as np
 from . import guard, rx
 from .chunk import TokenCounter, chunk_documents, page_starts
 from .config import Settings
+from .dlp import Finding
 from .errors import ConfigError, CorpusError
 from .index.embed import Embedder, make_embedder
 from .load import SUPPORTED, iter_files, iter_tagged
@@ -236,7 +238,8 @@ def name_key(meta: dict[str, str]) -> tuple[str, dict[str, str]]:
     return key, {NAME_KEY: key}
 
 
-def _segment(part: str, last: bool, key: str, presidio: bool) -> tuple[str, list]:
+@lru_cache(maxsize=4096)  # a folder's name is every one of its files' first segments: DLP reads it once
+def _segment(part: str, last: bool, key: str, presidio: bool) -> tuple[str, tuple[Finding, ...]]:
     """One path segment as written, as DLP leaves it, and its findings. A name is read as
     written; with its separators as spaces ("backup_AKIA....txt": the key is a word of its own
     there); and with each "_" alone as a space (a key whose own form holds "_", "old_sk_live_...":
@@ -251,7 +254,7 @@ def _segment(part: str, last: bool, key: str, presidio: bool) -> tuple[str, list
     stem, ext = (m.group(1), m.group(2)) if m and m.group(2).lower() in SUPPORTED else (part, "")
     tag = hmac.new(key.encode(), part.encode("utf-8", "surrogatepass"), hashlib.sha256).hexdigest()[:10]
     if _REDACTED_FORM.match(stem):
-        return f"REDACTED-{NAME_KIND}-{tag}{ext}", []
+        return f"REDACTED-{NAME_KIND}-{tag}{ext}", ()
     # Read whole (an extension may end the value: "alice@corp.com.md") and without the
     # extension (DLP reads "password=x.md" as a path, "password=x" as a credential).
     found = guard.redact(part, deep=presidio)[1]
@@ -263,9 +266,9 @@ def _segment(part: str, last: bool, key: str, presidio: bool) -> tuple[str, list
         seen = {f.kind for f in found}
         found += [f for f in guard.redact(probe, deep=presidio)[1] if f.kind not in seen]
     if not found:
-        return part, []
+        return part, ()
     kinds = "-".join(sorted({f.kind for f in found})[:2])
-    return f"REDACTED-{kinds}-{tag}{ext}", found
+    return f"REDACTED-{kinds}-{tag}{ext}", tuple(found)
 
 
 def redacted_id(name: str, key: str, presidio: bool = False) -> tuple[str, dict[str, int]]:
@@ -273,7 +276,8 @@ def redacted_id(name: str, key: str, presidio: bool = False) -> tuple[str, dict[
     text (#33), and what was found in it (kinds and counts, never values); ``name`` itself
     when nothing is found. Only ever given names as written: an id it made is not read again."""
     parts = name.split("/")
-    out, found = [], []
+    out: list[str] = []
+    found: list[Finding] = []
     for i, part in enumerate(parts):
         red, hits = _segment(part, i == len(parts) - 1, key, presidio)
         out.append(red)
