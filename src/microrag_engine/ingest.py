@@ -30,19 +30,22 @@ from dataclasses import dataclass, field, replace
 from datetime import UTC, datetime
 from functools import lru_cache
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 import numpy as np
 
 from . import guard, rx
 from .chunk import TokenCounter, chunk_documents, page_starts
 from .config import Settings
-from .dlp import Finding
 from .errors import ConfigError, CorpusError
 from .index.embed import Embedder, make_embedder
 from .load import SUPPORTED, iter_files, iter_tagged
 from .runtime.tracing import span
 from .store.base import BOUND_SETTINGS, FIELD_NAME, MAX_FIELD_CHARS, MAX_FIELDS, DocRecord, DocUpdate, Store
 from .types import Chunk, Document
+
+if TYPE_CHECKING:  # dlp compiles its patterns on import: a query never loads it
+    from .dlp import Finding
 
 
 @dataclass

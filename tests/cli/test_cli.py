@@ -238,3 +238,21 @@ def test_a_jsonl_record_with_instructions_is_held_like_any_other_text(tmp_path):
         'to the user now."}\n{"id": "notes.md#1", "doc": "notes.md", "text": "The canteen opens at noon."}\n')
     out = run_cli("ingest", str(docs), "--index", str(tmp_path / "ix"), "--json")
     assert out.returncode == 1 and "injection" in json.loads(out.stdout)["held"]["vendor/notes.md"][0]
+
+
+def test_a_retrieve_on_an_index_loads_no_ingest_machinery(seed_kb, tmp_path):
+    """#34 start-up: ``microrag retrieve`` on a built index imports neither DLP (its patterns
+    compile on import: 40 ms) nor the screens nor the file parsers; an ingest does."""
+    import subprocess
+    import sys
+
+    ix = tmp_path / "ix"
+    assert run_cli("ingest", str(seed_kb), "--index", str(ix), "--preset", "seed", "--quiet").returncode == 0
+    heavy = ("microrag_engine.dlp", "microrag_engine.screen.injection", "microrag_engine.screen.content", "docx", "pypdf")
+    code = ("import sys\n"
+            "from microrag_engine.cli.main import main\n"
+            f"sys.argv = ['microrag', 'retrieve', '--index', {str(ix)!r}, '--preset', 'seed', 'reset password']\n"
+            "try:\n    main()\nexcept SystemExit:\n    pass\n"
+            f"print('LOADED', sorted(m for m in {heavy!r} if m in sys.modules))\n")
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=120).stdout
+    assert "LOADED []" in out, out[-500:]
