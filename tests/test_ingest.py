@@ -672,3 +672,16 @@ def test_a_file_whose_name_is_not_utf8_is_skipped_with_a_warning(tmp_path, store
         report = ingest_paths(store, [docs], DEFAULT, collection="")
     assert report.added == ["notes.md"] and "not UTF-8" in caplog.text
 
+
+
+def test_the_progress_line_moves_while_one_big_page_embeds(tmp_path, monkeypatch, capsys):
+    """#34: a page of many chunks embeds in many groups; the line counts each group's chunks,
+    so it moves while the file count sits on that page."""
+    from microrag_engine import ingest
+
+    monkeypatch.setattr(ingest, "EMBED_CHUNKS", 4)
+    big = Document("big.md", " ".join(f"Sentence number {i} says something about topic {i}." for i in range(400)))
+    ingest.stream_documents(SQLiteStore(tmp_path / "ix"), [(big, "")], SEED, progress=True)
+    err = capsys.readouterr().err
+    counts = [int(m.replace(",", "")) for m in re.findall(r"([\d,]+) chunks embedded", err)]
+    assert len(counts) >= 2 and counts == sorted(counts), err[-300:]

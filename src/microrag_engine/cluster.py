@@ -344,7 +344,9 @@ class _Flow:
             if self.taken == len(self.shards) and self.batch:
                 self._form()  # the last, partial group
             while self.written in self.vectors:
-                self.ingestion.write(attach_vectors(self.groups.pop(self.written), self.vectors.pop(self.written)))
+                group = self.groups.pop(self.written)
+                self.ingestion.write(attach_vectors(group, self.vectors.pop(self.written)))
+                ticker.embedded(sum(len(p.chunks) for p in group))
                 self.written += 1
         assert self.taken == len(self.shards) and self.written == self.formed, "the flow ended early"
 

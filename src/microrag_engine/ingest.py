@@ -426,15 +426,21 @@ def content_hash(doc: Document, settings: Settings, digest: str) -> str:
                   + "\x00" + STORE_FORM + "\x00" + digest)
 
 
-def embed_prepared(items: list[Prepared], embedder: Embedder) -> list[DocUpdate]:
-    """Embed the chunks of ``items`` in one call and hand each document its vectors."""
-    return attach_vectors(items, embed_texts([c.text for p in items for c in p.chunks], embedder))
+def embed_prepared(items: list[Prepared], embedder: Embedder, landed: Callable[[int], None] | None = None) -> list[DocUpdate]:
+    """Embed the chunks of ``items`` (``embed_texts``) and hand each document its vectors."""
+    return attach_vectors(items, embed_texts([c.text for p in items for c in p.chunks], embedder, landed))
 
 
-def embed_texts(texts: list[str], embedder: Embedder) -> np.ndarray:
-    """One embedder call. Its vectors can depend on the call's other texts (batching, an int8
-    model's activation ranges), so an ingest embeds the same groups wherever it runs."""
-    return embedder.embed(texts).astype(np.float32) if texts else np.zeros((0, embedder.dim), np.float32)
+def embed_texts(texts: list[str], embedder: Embedder, landed: Callable[[int], None] | None = None) -> np.ndarray:
+    """A group's vectors, in embedder calls of EMBED_CHUNKS texts (a big page's group is
+    several), ``landed(n)`` after each. A vector can depend on its call's other texts
+    (batching graphs), so every ingest, local or on a cluster, cuts a group the same way."""
+    parts = []
+    for at in range(0, len(texts), EMBED_CHUNKS):
+        parts.append(embedder.embed(texts[at:at + EMBED_CHUNKS]).astype(np.float32))
+        if landed is not None:
+            landed(len(parts[-1]))
+    return np.concatenate(parts) if parts else np.zeros((0, embedder.dim), np.float32)
 
 
 def attach_vectors(items: list[Prepared], vectors: np.ndarray) -> list[DocUpdate]:
@@ -557,9 +563,9 @@ def stream_documents(
                 run.count(item.record.doc, len(item.chunks), item.findings, item.replaces)
                 batch.append(item)
                 if sum(len(p.chunks) for p in batch) >= EMBED_CHUNKS:
-                    run.write(_embedded(batch, embedder))
+                    run.write(_embedded(batch, embedder, ticker))
                     batch = []
-            run.write(_embedded(batch, embedder))
+            run.write(_embedded(batch, embedder, ticker))
             report = run.finish(deletions(), late_meta() if late_meta else None)
         except BaseException:
             run.abandon()
@@ -570,10 +576,11 @@ def stream_documents(
         return report
 
 
-def _embedded(batch: list[Prepared], embedder: Embedder) -> list[DocUpdate]:
-    """``embed_prepared``, one span (``microrag.embed``) per batch (chunking ran on the loader thread)."""
+def _embedded(batch: list[Prepared], embedder: Embedder, ticker: Ticker) -> list[DocUpdate]:
+    """``embed_prepared``, one span (``microrag.embed``) per batch (chunking ran on the loader
+    thread); the progress line counts the chunks as each group lands."""
     with span("microrag.embed", documents=len(batch), chunks=sum(len(p.chunks) for p in batch)):
-        return embed_prepared(batch, embedder)
+        return embed_prepared(batch, embedder, ticker.embedded)
 
 
 class Ticker:
@@ -585,11 +592,19 @@ class Ticker:
 
         self.progress, self.total = progress, total
         self.bar = tqdm(total=total or None, desc="ingesting", unit=unit, disable=progress is not True, leave=False)
+        self.chunks = 0
 
     def tick(self, done: int) -> None:
         self.bar.update(done - self.bar.n)
         if callable(self.progress):
             self.progress(done, self.total)
+
+    def embedded(self, chunks: int) -> None:
+        """``chunks`` more are embedded: the line moves within a big page too (a 1,400-chunk
+        page lands in six calls of the embedder, not after one silent run on one file)."""
+        self.chunks += chunks
+        if chunks:
+            self.bar.set_postfix_str(f"{self.chunks:,} chunks embedded")
 
     def close(self) -> None:
         self.bar.close()
