@@ -102,7 +102,9 @@ def test_a_long_text_without_sentence_breaks_is_cut_in_linear_time():
 class _Exact:
     """The MiniLM counter, every span counted whole (what the chunker did before #34)."""
 
-    additive_counts = False
+    @property
+    def additive_counts(self) -> bool:
+        return False
 
     def __init__(self, counter) -> None:
         self.count_tokens = counter.count_tokens

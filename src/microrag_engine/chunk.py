@@ -86,7 +86,8 @@ class TokenCounter(Protocol):
     less the specials every count carries (``count_tokens("")``), as with WordPiece. A chunker
     then counts each sentence once instead of re-counting the chunk it grows per sentence."""
 
-    additive_counts: bool
+    @property
+    def additive_counts(self) -> bool: ...
 
     def count_tokens(self, text: str) -> int: ...
 
@@ -94,7 +95,9 @@ class TokenCounter(Protocol):
 class ApproxCounter:
     """``text.approx_tokens``: rounded per call, so counts do not add up."""
 
-    additive_counts = False
+    @property
+    def additive_counts(self) -> bool:
+        return False
 
     def count_tokens(self, text: str) -> int:
         return approx_tokens(text)

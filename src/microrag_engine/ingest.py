@@ -28,7 +28,6 @@ from collections.abc import Callable, Iterable, Iterator
 from concurrent.futures import Future, ThreadPoolExecutor, wait
 from dataclasses import dataclass, field, replace
 from datetime import UTC, datetime
-from functools import lru_cache
 from pathlib import Path
 from typing import TYPE_CHECKING
 
@@ -241,8 +240,24 @@ def name_key(meta: dict[str, str]) -> tuple[str, dict[str, str]]:
     return key, {NAME_KEY: key}
 
 
-@lru_cache(maxsize=4096)  # a folder's name is every one of its files' first segments: DLP reads it once
+# Segments DLP found nothing in (a folder's name heads each of its files' ids: read once per
+# run, not per file). Only clean ones are kept: a name that held a secret is never cached.
+_CLEAN_SEGMENTS: dict[tuple[str, bool, str, bool], bool] = {}
+MAX_CLEAN_SEGMENTS = 4096
+
+
 def _segment(part: str, last: bool, key: str, presidio: bool) -> tuple[str, tuple[Finding, ...]]:
+    if (part, last, key, presidio) in _CLEAN_SEGMENTS:
+        return part, ()
+    out = _segment_read(part, last, key, presidio)
+    if not out[1] and out[0] == part:
+        if len(_CLEAN_SEGMENTS) >= MAX_CLEAN_SEGMENTS:
+            _CLEAN_SEGMENTS.clear()
+        _CLEAN_SEGMENTS[(part, last, key, presidio)] = True
+    return out
+
+
+def _segment_read(part: str, last: bool, key: str, presidio: bool) -> tuple[str, tuple[Finding, ...]]:
     """One path segment as written, as DLP leaves it, and its findings. A name is read as
     written; with its separators as spaces ("backup_AKIA....txt": the key is a word of its own
     there); and with each "_" alone as a space (a key whose own form holds "_", "old_sk_live_...":

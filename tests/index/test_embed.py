@@ -144,3 +144,39 @@ def test_vectors_do_not_depend_on_the_batch():
     together = emb.embed(TEXTS)
     alone = np.vstack([emb.embed([t]) for t in TEXTS])
     np.testing.assert_allclose(together, alone, atol=1e-6)
+
+
+@needs_models
+def test_a_failing_text_stops_a_bulk_embed_early(monkeypatch):
+    """#34: bulk work runs side by side on several sessions; one text's failure (or Ctrl-C in
+    the caller) stops the others after the text in hand, not after the whole call."""
+    emb = MiniLMEmbedder()
+    texts = [f"text number {i} " + "word " * (300 - i) for i in range(300)]  # run longest first: in this order
+    bad = texts[40]  # every session is busy by then
+    calls = []
+    real = emb._embed_batch
+
+    def batch(group, session):
+        calls.append(group[0])
+        if group[0] == bad:
+            raise RuntimeError("boom")
+        return real(group, session)
+
+    monkeypatch.setattr(emb, "_embed_batch", batch)
+    with pytest.raises(RuntimeError, match="boom"):
+        emb.embed(texts)
+    assert bad in calls and len(calls) <= 41 + 2 * len(emb._solo_sessions()), len(calls)
+
+
+@needs_models
+def test_counts_add_up_only_for_a_bert_tokenizer(tmp_path):
+    """The chunker sums sentence counts only when the tokenizer loaded is BERT's WordPiece; an
+    override of another kind (byte-level BPE keeps the space inside its tokens) is counted whole."""
+    from tokenizers import Tokenizer, models, pre_tokenizers, trainers
+
+    assert MiniLMEmbedder().additive_counts
+    bpe = Tokenizer(models.BPE())
+    bpe.pre_tokenizer = pre_tokenizers.ByteLevel()
+    bpe.train_from_iterator(["some text to learn a few merges from"] * 10, trainers.BpeTrainer(vocab_size=300))
+    bpe.save(str(tmp_path / "bpe.json"))
+    assert not MiniLMEmbedder(tokenizer=tmp_path / "bpe.json").additive_counts

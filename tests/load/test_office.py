@@ -46,6 +46,29 @@ def test_docx_merged_cells_are_read_once(tmp_path, caplog):
     assert text == "Quarterly totals\nQ1 | Q2 | Q3"
 
 
+
+@pytest.mark.parametrize("style_id", ['A" and "1"="2', "say \"hi\"", "it's"])
+def test_a_docx_style_id_is_matched_exactly_never_read_as_xpath(tmp_path, caplog, style_id):
+    """#34 review: a style id is untrusted text. A hidden style under a quote-laden id hides its
+    paragraph (as Word matches ids exactly); an id that reads as an XPath condition never picks
+    another style; a '"' in an id does not fail the file."""
+    import docx
+    from docx.enum.style import WD_STYLE_TYPE
+    from docx.oxml.ns import qn
+
+    d = docx.Document()
+    hidden = d.styles.add_style("Sneaky", WD_STYLE_TYPE.PARAGRAPH)
+    hidden.font.hidden = True
+    d.styles.add_style("HiddenPara", WD_STYLE_TYPE.PARAGRAPH).font.hidden = True
+    hidden.element.set(qn("w:styleId"), style_id)
+    d.add_paragraph("Shown before.")
+    d.add_paragraph("Planted under the hidden style.")._p.get_or_add_pPr().get_or_add_pStyle().set(qn("w:val"), style_id)
+    d.add_paragraph("No such style: shown.")._p.get_or_add_pPr().get_or_add_pStyle().set(
+        qn("w:val"), 'Nope" or @w:styleId="HiddenPara')
+    d.save(str(tmp_path / "s.docx"))
+    text, _ = _load(tmp_path / "s.docx", caplog)
+    assert text == "Shown before.\n\nNo such style: shown."
+
 def test_pptx_has_a_section_a_slide_with_tables_and_speaker_notes(tmp_path, caplog):
     text, warned = _load(writers.pptx(tmp_path / "deck.pptx"), caplog)
     assert text == ("# Slide 1: Quarterly results\n\n"

@@ -37,9 +37,12 @@ class Embedder(Protocol):
     name: str
     dim: int
     digest: str  # which model made the vectors: a graph's sha256 prefix, or e.g. "hash-128"
-    # count_tokens of texts joined by whitespace is the sum of their counts less the specials
-    # (``chunk.TokenCounter``): WordPiece's are, the hash embedder's estimate is rounded per call.
-    additive_counts: bool
+
+    @property
+    def additive_counts(self) -> bool:
+        """count_tokens of texts joined by whitespace is the sum of their counts less the specials
+        (``chunk.TokenCounter``): BERT WordPiece's are, the hash embedder's estimate (rounded per call) is not."""
+        ...
 
     def embed(self, texts: Sequence[str]) -> np.ndarray: ...
 
@@ -55,7 +58,6 @@ class HashEmbedder:
     """Seed 'hashed features': token -> md5 bucket, +1.0 each, L2-normalised."""
 
     name = "hash"
-    additive_counts = False
 
     def __init__(self, dim: int = 128) -> None:
         self.dim = dim
@@ -74,6 +76,10 @@ class HashEmbedder:
 
     def count_tokens(self, text: str) -> int:
         return approx_tokens(text)
+
+    @property
+    def additive_counts(self) -> bool:
+        return False
 
 
 MINILM_INSTALL = "the minilm embedder needs onnxruntime and tokenizers: pip install 'microrag-engine[models]' (or use --preset seed)"
@@ -108,7 +114,10 @@ def _minilm_files(onnx: str | Path | None = None) -> tuple[Path, Path, str, dict
 # one text per run, see ``one_text_per_run``). Measured with int8 graphs on 2 cores
 # (SciFact abstracts, ~240 tokens): 256 ran fastest, 512-4096 were 10-25% slower.
 BATCH_TOKENS = 256
-BULK_TEXTS = 32  # texts from which one embed call is bulk work (MiniLMEmbedder._session)
+BULK_TEXTS = 32  # texts from which one embed call is bulk work (``_embed_side_by_side``, ``_session``)
+# Bulk work on a one-text-per-run graph: at most this many sessions side by side, the cores
+# shared out among them (each session holds its own ~27 MiB copy of the graph).
+MAX_SOLO_SESSIONS = 4
 # onnxruntime's session-time fusion of Add + LayerNormalization into SkipLayerNormalization
 # made the shipped graph ~20% slower here (its CPU kernel is slower than the two ops).
 ORT_DISABLED = ("SkipLayerNormFusion",)
@@ -121,7 +130,6 @@ class MiniLMEmbedder:
 
     name = "minilm"
     dim = 384
-    additive_counts = True  # BERT's normalizer and pre-tokenizer break words at whitespace
 
     def __init__(self, max_length: int = 256, batch_tokens: int = BATCH_TOKENS, onnx: str | Path | None = None,
                  tokenizer: str | Path | None = None) -> None:
@@ -174,6 +182,18 @@ class MiniLMEmbedder:
     def count_tokens(self, text: str) -> int:
         return len(self.counter.encode(text).ids)
 
+    @property
+    def additive_counts(self) -> bool:
+        """True for the tokenizer actually loaded when it is BERT's (its normalizer turns ASCII
+        whitespace into spaces, its pre-tokenizer splits there, WordPiece reads each word
+        alone); a tokenizer override of another kind (byte-level BPE keeps the space in the
+        token) is counted whole."""
+        from tokenizers import models, normalizers, pre_tokenizers
+
+        tok = self.counter
+        return (isinstance(tok.normalizer, normalizers.BertNormalizer)
+                and isinstance(tok.pre_tokenizer, pre_tokenizers.BertPreTokenizer) and isinstance(tok.model, models.WordPiece))
+
     def _session(self, n_texts: int) -> Any:
         """The session for an ``embed`` call of ``n_texts`` on a graph that batches (fp32
         overrides; the shipped graph runs ``_embed_side_by_side``). A bulk call runs on a second
@@ -187,33 +207,45 @@ class MiniLMEmbedder:
         return self._bulk_session
 
     def _solo_sessions(self) -> list[Any]:
-        """One single-threaded session per CPU, for bulk work on a one-text-per-run graph:
-        texts run side by side, one per core, instead of each run split over the cores.
-        A ~240-token run is too small to split well (the threads meet at every op); side by
-        side measured 16% more passages/s on 2 cores, the same vectors (a run is a run)."""
+        """Sessions for bulk work on a one-text-per-run graph, texts run side by side instead
+        of each run split over the cores: one single-threaded session per CPU (up to
+        MAX_SOLO_SESSIONS, the CPUs shared out beyond). A ~240-token run is too small to split
+        well (the threads meet at every op): on 2 cores, side by side measured 16% more
+        abstracts/s and 25-30% more ingest chunks/s, the same vectors (a run is a run)."""
         if self._solo is None:
             with self._solo_lock:
                 if self._solo is None:
-                    self._solo = [ort_session(self.path, threads=1, disabled_optimizers=ORT_DISABLED)
-                                  for _ in range(cpu_count())]
+                    n = min(cpu_count(), MAX_SOLO_SESSIONS)
+                    self._solo = [ort_session(self.path, threads=max(1, cpu_count() // n), disabled_optimizers=ORT_DISABLED)
+                                  for _ in range(n)]
         return self._solo
 
     def _embed_side_by_side(self, texts: Sequence[str], out: np.ndarray) -> np.ndarray:
         sessions = self._solo_sessions()
         # Longest first, each worker taking the next text when it is free: the cores end together.
         order = iter(sorted(range(len(texts)), key=lambda i: -len(texts[i])))
-        lock = threading.Lock()
+        lock, stop = threading.Lock(), threading.Event()
 
         def work(session: Any) -> None:
-            while True:
+            while not stop.is_set():  # another worker failed, or the caller was interrupted
                 with lock:
                     i = next(order, None)
                 if i is None:
                     return
-                out[i] = self._embed_batch([texts[i]], session)[0]
+                try:
+                    out[i] = self._embed_batch([texts[i]], session)[0]
+                except BaseException:
+                    stop.set()
+                    raise
 
-        with ThreadPoolExecutor(len(sessions), thread_name_prefix="microrag-embed") as pool:
+        pool = ThreadPoolExecutor(len(sessions), thread_name_prefix="microrag-embed")
+        try:
             list(pool.map(work, sessions))  # re-raises a worker's error here
+        except BaseException:  # Ctrl-C or a worker's error: the others stop after their current text
+            stop.set()
+            raise
+        finally:
+            pool.shutdown(wait=True)
         return out
 
     def embed(self, texts: Sequence[str]) -> np.ndarray:

@@ -88,21 +88,28 @@ class _Styles:
 
     def __init__(self, document: Any) -> None:
         from docx.enum.style import WD_STYLE_TYPE
+        from docx.oxml.ns import nsmap
         from docx.styles.style import StyleFactory
+        from lxml import etree
 
         self._kinds = WD_STYLE_TYPE
         self._factory = StyleFactory
         self._element = document.styles.element
+        # The id and type go in as XPath variables, never into the query's text: python-docx's
+        # own lookup pastes the id in, so a hostile id ('A" or "1"="1') picked another style
+        # (a hidden one read as shown, or the reverse) and a '"' in an id failed the file.
+        self._by_id = etree.XPath("w:style[@w:styleId=$sid]", namespaces=nsmap)
+        self._marked = etree.XPath("w:style[@w:type=$kind][@w:default]", namespaces=nsmap)
         self._made: dict[tuple[str | None, Any], Any] = {}
 
     def _style(self, style_id: str | None, kind: Any) -> Any:
         key = (style_id, kind)
         if key not in self._made:
-            element = self._element.get_by_id(style_id) if style_id else None
+            found = self._by_id(self._element, sid=style_id) if style_id else []
+            element = found[0] if found else None
             if element is None or element.type != kind:
                 # ``CT_Style.default`` reads the on/off value as python-docx does ("1", "true", "on")
-                marked = self._element.xpath(f'w:style[@w:type="{kind.xml_value}"][@w:default]')
-                defaults = [e for e in marked if e.default]
+                defaults = [e for e in self._marked(self._element, kind=kind.xml_value) if e.default]
                 element = defaults[-1] if defaults else None
             self._made[key] = None if element is None else self._factory(element)
         return self._made[key]

@@ -51,6 +51,7 @@ MAX_WINDOW_CHARS = 400  # longer sentences are scored in overlapping pieces of t
 # A window of fewer words orders nothing ("AI", "Model:", a heading): the n-grams of a label
 # scored 1.0 on a scikit-learn page. "Ignore previous instructions" has three.
 MIN_WINDOW_WORDS = 3
+FEATURE_BLOCK = 512  # windows hashed together (``features_many``): ~40 MiB of arrays at most
 FEATURE_SPEC = {
     "text": "guard.canonical(text).lower(), whitespace runs collapsed to one space",
     "words": "tokens [a-z0-9_]+ or one other non-space character; unigrams 'w:'+t and bigrams 'b:'+t1+' '+t2, zlib.crc32 % dim",
@@ -207,10 +208,12 @@ def flagged(text: str, threshold: float | None = None, where: Callable[[str], bo
               if len(_WORD.findall(text, units[i][0], min(units[j][1], units[i][0] + MAX_WINDOW_CHARS))) >= MIN_WINDOW_WORDS
               and (where is None or where(text[units[i][0]:units[j][1]]))]
     hits = []
-    for (i, j), idx in zip(scored, features_many([text[units[i][0]:units[j][1]] for i, j in scored])):
-        p = _score(idx)
-        if p >= limit:
-            hits.append((p, units[i][0], i, j))
+    for at in range(0, len(scored), FEATURE_BLOCK):  # in blocks: memory bounded whatever the page's size
+        block = scored[at:at + FEATURE_BLOCK]
+        for (i, j), idx in zip(block, features_many([text[units[i][0]:units[j][1]] for i, j in block])):
+            p = _score(idx)
+            if p >= limit:
+                hits.append((p, units[i][0], i, j))
     hits.sort(key=lambda t: (-t[0], t[1], t[3]))
     taken = bytearray(len(units))
     out = []
