@@ -685,3 +685,7 @@ def test_the_progress_line_moves_while_one_big_page_embeds(tmp_path, monkeypatch
     err = capsys.readouterr().err
     counts = [int(m.replace(",", "")) for m in re.findall(r"([\d,]+) chunks embedded", err)]
     assert len(counts) >= 2 and counts == sorted(counts), err[-300:]
+    told = []  # without a terminal: the callback hears each landing too
+    ingest.stream_documents(SQLiteStore(tmp_path / "ix2"), [(big, "")], SEED, progress=lambda *a: told.append(a))
+    landings = [chunks for _, _, chunks in told if chunks]
+    assert len(landings) >= 2 and landings == sorted(landings) and {total for _, total, _ in told} == {0}

@@ -27,7 +27,7 @@ import math
 import os
 import socket
 from collections import deque
-from collections.abc import Callable, Iterable, Iterator
+from collections.abc import Iterable, Iterator
 from contextlib import contextmanager
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -47,6 +47,7 @@ from .ingest import (
     IngestReport,
     Plan,
     Prepared,
+    Progress,
     QuickCheck,
     Refused,
     Screen,
@@ -228,7 +229,7 @@ def ingest_cluster(
     label: str | None = None,
     prune: bool = False,
     principal: str | None = None,
-    progress: bool | Callable[[int, int], None] = False,
+    progress: bool | Progress = False,
     collection: str | None = None,
     files_per_task: int = 0,
     commit_chunks: int = COMMIT_CHUNKS,

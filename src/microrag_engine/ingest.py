@@ -89,6 +89,8 @@ class IngestReport:
 
 # Why a document must not go live (``screen.content``), given it and the file it came from.
 Screen = Callable[[Document, Path], list[str]]
+# An ingest's progress without a terminal: (files or documents done, their total, chunks embedded).
+Progress = Callable[[int, int, int], None]
 
 
 def sha256(text: str) -> str:
@@ -518,7 +520,7 @@ def ingest_documents(
     principal: str | None = None,
     origins: dict[str, str] | None = None,
     prune_others: bool = False,
-    progress: bool | Callable[[int, int], None] = False,
+    progress: bool | Progress = False,
     visible: bool = True,
     extra_meta: dict[str, str] | None = None,
 ) -> IngestReport:
@@ -547,7 +549,7 @@ def stream_documents(
     label: str | None = None,
     principal: str | None = None,
     deletions: Callable[[], list[str]] = list,
-    progress: bool | Callable[[int, int], None] = False,
+    progress: bool | Progress = False,
     visible: bool = True,
     extra_meta: dict[str, str] | None = None,
     total: int = 0,
@@ -600,9 +602,10 @@ def _embedded(batch: list[Prepared], embedder: Embedder, ticker: Ticker) -> list
 
 class Ticker:
     """Progress for ``stream_documents`` and its kin: a bar on stderr when ``progress`` is
-    ``True`` (the CLI asks on a TTY), else calls to ``progress(done, total)`` if it is callable."""
+    ``True`` (the CLI asks on a TTY), else calls to ``progress(done, total, chunks)`` if it is
+    callable: as each document is taken, and as each call of the embedder lands."""
 
-    def __init__(self, progress: bool | Callable[[int, int], None], total: int, unit: str) -> None:
+    def __init__(self, progress: bool | Progress, total: int, unit: str) -> None:
         from tqdm import tqdm
 
         self.progress, self.total = progress, total
@@ -612,7 +615,7 @@ class Ticker:
     def tick(self, done: int) -> None:
         self.bar.update(done - self.bar.n)
         if callable(self.progress):
-            self.progress(done, self.total)
+            self.progress(done, self.total, self.chunks)
 
     def embedded(self, chunks: int) -> None:
         """``chunks`` more are embedded: the line moves within a big page too (a 1,400-chunk
@@ -620,6 +623,8 @@ class Ticker:
         self.chunks += chunks
         if chunks:
             self.bar.set_postfix_str(f"{self.chunks:,} chunks embedded")
+        if callable(self.progress):
+            self.progress(self.bar.n, self.total, self.chunks)
 
     def close(self) -> None:
         self.bar.close()
@@ -822,7 +827,7 @@ def ingest_paths(
     label: str | None = None,
     prune: bool = False,
     principal: str | None = None,
-    progress: bool | Callable[[int, int], None] = False,
+    progress: bool | Progress = False,
     collection: str | None = None,
     screen: Screen | None = None,
 ) -> IngestReport:

@@ -130,10 +130,10 @@ def test_ingest_without_a_terminal_reports_progress_in_lines(capsys, monkeypatch
     from microrag_engine.cli import index
 
     tell = index.every(0.0)  # every call is "due"
-    tell(3, 12)
-    assert capsys.readouterr().err == "microrag: ingesting: 3/12 files (25%)\n"
+    tell(3, 12, 1200)
+    assert capsys.readouterr().err == "microrag: ingesting: 3/12 files (25%), 1,200 chunks embedded\n"
     quiet = index.every(3600.0)
-    quiet(1, 2)
+    quiet(1, 2, 0)
     assert capsys.readouterr().err == ""  # not yet due: nothing
 
 

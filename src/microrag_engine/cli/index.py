@@ -14,13 +14,12 @@ import argparse
 import json
 import sys
 import time
-from collections.abc import Callable
 from pathlib import Path
 
 from ..client import Client, Upload
 from ..config import override
 from ..errors import CorpusError, MicroRAGError
-from ..ingest import IngestReport, delete_documents, ingest_paths
+from ..ingest import IngestReport, Progress, delete_documents, ingest_paths
 from ..load import iter_files
 from ..store import default_location, open_store
 from ..store.base import Store
@@ -143,7 +142,7 @@ def _ingest_cluster(args: argparse.Namespace) -> int:
     return 1 if report.held or report.refused else 0  # as a local ingest: the rest is in, a script must notice what was not
 
 
-def _progress(args: argparse.Namespace) -> bool | Callable[[int, int], None]:
+def _progress(args: argparse.Namespace) -> bool | Progress:
     if args.quiet:
         return False
     return True if sys.stderr.isatty() else every(PROGRESS_SECONDS)
@@ -152,14 +151,14 @@ def _progress(args: argparse.Namespace) -> bool | Callable[[int, int], None]:
 PROGRESS_SECONDS = 10.0  # without a terminal (logs, CI): one progress line at most this often
 
 
-def every(seconds: float) -> Callable[[int, int], None]:
+def every(seconds: float) -> Progress:
     """A progress callback that writes one line on stderr at most every ``seconds``."""
     last = [time.monotonic()]
 
-    def tell(done: int, total: int) -> None:
+    def tell(done: int, total: int, chunks: int) -> None:
         if time.monotonic() - last[0] >= seconds:
             last[0] = time.monotonic()
-            diag(f"ingesting: {done}/{total} files ({100 * done // max(total, 1)}%)")
+            diag(f"ingesting: {done}/{total} files ({100 * done // max(total, 1)}%), {chunks:,} chunks embedded")
     return tell
 
 
