@@ -244,7 +244,7 @@ def name_key(meta: dict[str, str]) -> tuple[str, dict[str, str]]:
 
 # Segments DLP found nothing in (a folder's name heads each of its files' ids: read once per
 # run, not per file). Only clean ones are kept: a name that held a secret is never cached.
-_CLEAN_SEGMENTS: dict[tuple[str, bool, str, bool], bool] = {}
+_CLEAN_SEGMENTS: set[tuple[str, bool, str, bool]] = set()
 MAX_CLEAN_SEGMENTS = 4096
 
 
@@ -255,7 +255,7 @@ def _segment(part: str, last: bool, key: str, presidio: bool) -> tuple[str, tupl
     if not out[1] and out[0] == part:
         if len(_CLEAN_SEGMENTS) >= MAX_CLEAN_SEGMENTS:
             _CLEAN_SEGMENTS.clear()
-        _CLEAN_SEGMENTS[(part, last, key, presidio)] = True
+        _CLEAN_SEGMENTS.add((part, last, key, presidio))
     return out
 
 

@@ -25,28 +25,23 @@ import numpy as np
 if TYPE_CHECKING:
     from tokenizers import Tokenizer
 
+from ..chunk import TokenCounter
 from ..config import minilm_files
 from ..errors import ConfigError, ModelMissingError
 from ..runtime.onnx import cpu_count, ort_session, shipped_dir
 from ..text import approx_tokens, seed_tokens
 
 
-class Embedder(Protocol):
-    """What indexing and retrieval need of an embedding leg."""
+class Embedder(TokenCounter, Protocol):
+    """What indexing and retrieval need of an embedding leg; it counts tokens for the chunker
+    too (``chunk.TokenCounter``: BERT WordPiece's counts add up, the hash embedder's estimate,
+    rounded per call, does not)."""
 
     name: str
     dim: int
     digest: str  # which model made the vectors: a graph's sha256 prefix, or e.g. "hash-128"
 
-    @property
-    def additive_counts(self) -> bool:
-        """count_tokens of texts joined by whitespace is the sum of their counts less the specials
-        (``chunk.TokenCounter``): BERT WordPiece's are, the hash embedder's estimate (rounded per call) is not."""
-        ...
-
     def embed(self, texts: Sequence[str]) -> np.ndarray: ...
-
-    def count_tokens(self, text: str) -> int: ...
 
     def vocabulary(self) -> frozenset[str]:
         """Whole words the model knows as single tokens (general English), lower-cased;
