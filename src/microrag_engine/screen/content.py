@@ -19,10 +19,39 @@ from . import injection
 from .hidden import MARKUP, hidden_pieces, unicode_reasons
 from .shape import solicitation, stuffed_page
 
-# A window the classifier flags holds a document only when it also speaks to a model or about
-# its instructions. Documentation is full of second-person imperatives the classifier scores
-# high on their own ("Then, open a command prompt window and run:"): measured on the Python
-# docs, 46 of 544 pages had such a window and 1 with this cue (benchmarks/results/injection.md).
+# The hold rule reads who a flagged window speaks to. Documentation is written in the second
+# person ("You will need:", "Never issue a password prompt.", "Say whatever you like."), and the
+# classifier scores such sentences as high as jailbreak prose: short ones rest on a handful of
+# n-grams. On public documentation nobody here tuned on, a rule that held any window scoring
+# above ``THRESHOLD_ALONE`` held 8 genuine pages per 1,000 (benchmarks/results/injection.md).
+# So a window holds a document by one of three tiers, in falling order of what its words show:
+#
+# 1. it speaks to an AI or of its instructions (``TO_A_MODEL``: "Dear assistant", "if you are a
+#    language model", "ignore the previous instructions", "system prompt", "developer mode"),
+#    words documentation almost never uses, and the classifier leans to attack (p >= 0.5);
+# 2. it carries a looser cue (``ADDRESSES_MODEL``: "model", "ignore", "pretend", "your rules"),
+#    scores ``THRESHOLD_ALONE`` and has ``MIN_WORDS_CUED`` words or more;
+# 3. it scores ``THRESHOLD_ALONE`` with no cue at all and has ``MIN_WORDS_ALONE`` words or more
+#    (the role-play jailbreaks whose words name no model: long, and scored on many n-grams).
+TO_A_MODEL = rx.compile(
+    r"(?i)\b(?:(?:an?|the|dear|hey|attention|note to the) (?:ai|a\.i\.)|ai (?:assistant|model|system|agent|bot)s?|ai[,:]|ais\b"
+    r"|chat ?bots?|chat ?gpt|llms?|large language models?|language models? (?:that|which|reading|summari[sz]ing|indexing)"
+    r"|openai|(?:dear|hey|note to the|attention|note to|to the) assistant|assistant[,:]"
+    r"|(?:the )?assistant (?:must|should|shall|will|is now|now)"
+    r"|(?:models?|assistants?|bots?|agents?|llms?|ais?) (?:that |who |which )?"
+    r"(?:reads?|reading|summari[sz]ing|summari[sz]es?|indexing|indexes|processing|processes) this"
+    r"|if you are (?:an? )?(?:ai|language model|llm|assistant|bot|chatbot)"
+    r"|system (?:prompt|message|override)|(?:initial|original|hidden|secret) (?:prompt|instructions)"
+    r"|(?:previous|prior|earlier|above|preceding|original|initial|following) (?:instructions|directions|prompts|commands|guidelines)"
+    r"|your (?:system |initial |original |hidden )?(?:instructions|programming|guidelines)"
+    r"|(?:ignore|disregard|forget|override)\W+(?:\w+\W+){0,4}?(?:instructions|directions|prompts?|commands|guidelines|the above|everything)"
+    r"|instructions (?:you|above|before)|you (?:were|have been) (?:told|given|instructed)|i was instructed"
+    r"|you are no longer (?:bound|restricted|limited)|you are now (?:going to (?:act|pretend|be)|acting as|free (?:from|of)"
+    r"|unrestricted|unfiltered|in (?:developer|dan|god|jailbreak|unrestricted) mode|(?-i:DAN))"
+    r"|stay in character|(?:break|breaking) character|developer mode|jailbr\w*|(?-i:DAN)"
+    r"|do anything now|uncensored|unfiltered|no (?:ethical|moral)"
+    r"|(?:ethical|moral|safety|content) (?:guidelines|constraints|filters|polic(?:y|ies))"
+    r"|without (?:any )?(?:restrictions|censorship|filters|warnings)|read_file|exec\()\b")
 ADDRESSES_MODEL = rx.compile(
     r"(?i)\b(?:assistant|ai|a\.i\.|chatbot|chat ?gpt|language model|llm|gpt|claude|bot|models?|system prompt"
     r"|(?:previous|prior|earlier|above|original) (?:instructions|guidance|rules|directions)|instructions you"
@@ -37,15 +66,28 @@ ADDRESSES_MODEL = rx.compile(
     r"|(?:every|each|any|all) (?:request|prompt|question)s?|(?:critical|new|secret|hidden|real|true|special) instructions"
     r"|you will (?:now )?(?:be|act|provide|answer|respond|reply|obey|follow|never|always|only)"
     r"|(?:no|without) (?:warnings|limits|filters|censorship|limitations))\b")
+FLOOR_TO_A_MODEL = 0.5  # the classifier's own even odds: the words already say who is addressed
+MIN_WORDS_CUED = 8
+MIN_WORDS_ALONE = 12
+_WORDS = rx.compile(r"\w+")
+
+
+def holds(window: str, p: float) -> bool:
+    """Whether a window the classifier scored ``p`` holds its document (the tiers above)."""
+    if p < FLOOR_TO_A_MODEL:
+        return False
+    text = guard.canonical(window)
+    if TO_A_MODEL.search(text) is not None:
+        return True
+    if p < injection.THRESHOLD_ALONE:
+        return False
+    words = len(_WORDS.findall(text))
+    return words >= MIN_WORDS_ALONE or (words >= MIN_WORDS_CUED and ADDRESSES_MODEL.search(text) is not None)
 
 
 def injections(stored: str) -> list[injection.Flagged]:
-    """The classifier's windows that hold a document: flagged and addressed to a model, or
-    scoring above ``injection.THRESHOLD_ALONE`` (both thresholds calibrated on whole pages of
-    documentation: training/build_injection.py)."""
-    return [f for f in injection.flagged(stored, min(injection.THRESHOLD, injection.THRESHOLD_ALONE))
-            if f.p >= injection.THRESHOLD_ALONE
-            or (f.p >= injection.THRESHOLD and ADDRESSES_MODEL.search(guard.canonical(f.text)) is not None)]
+    """The classifier's windows of ``stored`` that hold it (``holds``), highest first."""
+    return [f for f in injection.flagged(stored, FLOOR_TO_A_MODEL) if holds(f.text, f.p)]
 
 
 def attack_reasons(text: str) -> list[str]:
