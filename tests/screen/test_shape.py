@@ -44,6 +44,28 @@ def test_requests_for_credentials_are_solicitation_and_advice_is_not():
         assert not solicitation(fine), fine
 
 
+def test_a_request_names_where_the_credential_goes():
+    # phishing needs a destination: an address, a host, a number, a desk or team, "us"
+    for bad in ["To renew, send your corporate card PIN and number to the payroll team.",
+                "Text your one-time code to +1 555 0100 to confirm the transfer.",
+                "Post your recovery phrase at https://wallet-check.example/verify before Friday."]:
+        assert solicitation(bad).startswith("solicitation:"), bad
+    # documentation says how a credential is given to a program, and names no one
+    for fine in ["Then provide your password via the pserver method, for example:",
+                 "The framework provides views and forms that may be used to allow users to change their own passwords.",
+                 "Submit your password change request via the self-service portal."]:
+        assert not solicitation(fine), fine
+
+
+def test_dev_pages_about_passwords_are_not_solicitation():
+    from helpers.zoo import page
+    from microrag_engine.load import parse_upload
+
+    for name in ("django/topics/auth/default.html", "apache2/howto/auth.html"):
+        raw = page(name)
+        assert solicitation(parse_upload(name, raw)[0].text) == "", name
+
+
 @given(st.text(max_size=3000))
 def test_never_raise(text):
     assert isinstance(stuffed(text), str) and isinstance(solicitation(text), str)

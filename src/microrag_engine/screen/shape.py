@@ -11,8 +11,11 @@
   live documents by ``COPY_JACCARD`` or more (word 3-shingles) is a copy.
 * **Solicitation.** A sentence that tells the reader to send, upload or share *their*
   credential (password, PIN, MFA code, card number, ...) somewhere is phishing planted
-  in the knowledge base; a model quotes it as policy. Negated sentences ("never send
-  your password") are advice, not a request.
+  in the knowledge base; a model quotes it as policy. The sentence must name where the
+  credential goes (an address, a host, a phone number, a desk or team, "us", "this
+  message"): a phisher needs a destination, and documentation's "provide your password via
+  the pserver method" or "allow users to change their own passwords" names none. Negated
+  sentences ("never send your password") are advice, not a request.
 """
 
 from __future__ import annotations
@@ -39,6 +42,12 @@ _YOUR = r"\b(?:your|their|his|her|my|our|employees'|users')\b"  # the reader's o
 # "send your <secret> to X" or "upload to X ... your <secret>", within one sentence.
 SOLICIT = rx.compile(rf"(?i)\b{_SEND}\b{_GAP}{{0,80}}(?:{_YOUR}{_GAP}{{0,30}}\b{_SECRET}\b{_GAP}{{0,80}}\b{_WHERE}\b"
                      rf"|\b(?:to|at|via|into)\b{_GAP}{{0,80}}{_YOUR}{_GAP}{{0,30}}\b{_SECRET}\b)")
+# Where a solicited credential goes: an e-mail address, a URL or host name, a phone number, or
+# someone to send it to.
+RECIPIENT = rx.compile(
+    r"(?i)(?:[\w.+-]+@[\w-]+(?:\.[\w-]+)*|\bhttps?://|\bwww\.|\b[a-z0-9-]+(?:\.[a-z0-9-]+)*\.[a-z]{2,24}\b"
+    r"|\+?\d[\d ().-]{6,}\d|\b(?:help ?desk|service ?desk|desk|support|administrators?|admins?|team|department|hr|payroll"
+    r"|security|us|me|them|him|her|sender|this (?:address|e-?mail|number|account|message|form|link|page))\b)")
 NEGATED = rx.compile(r"(?i)\b(?:never|not|don't|do not|no one|nobody|must not|should not|won't|will never|avoid)\b")
 
 
@@ -106,6 +115,7 @@ def solicitation(text: str) -> str:
         # Read as written and canonical (homoglyphs undone); canonical alone would turn
         # "code at x.example" into "code@x.example" and lose the "at".
         said = (text[start:end], canonical(text[start:end]))
-        if any(SOLICIT.search(v) for v in said) and not any(NEGATED.search(v) for v in said):
+        if (any(SOLICIT.search(v) for v in said) and not any(NEGATED.search(v) for v in said)
+                and any(RECIPIENT.search(v) for v in said)):
             return f"solicitation: asks readers to send a credential: {text[start:end].strip()[:100]!r}"
     return ""
