@@ -622,7 +622,10 @@ def evaluate(data: dict, threshold: float, heuristic: bool = False) -> dict:
 # ---------------------------------------------------------------- training
 
 def injections_at(text: str, threshold: float) -> list[injection.Flagged]:
-    """``screen.content.injections`` at another threshold (the hold rule while calibrating)."""
+    """The cue rule the shipped thresholds were calibrated under (a flagged window holds when it
+    carries ``ADDRESSES_MODEL``). ``screen.content.holds`` reads the same two thresholds in tiers
+    (who the window speaks to, and how many words it has); kept as it was so that a rebuild
+    reproduces the shipped ``meta.json``."""
     return injection.flagged(text, threshold, where=lambda w: ADDRESSES_MODEL.search(guard.canonical(w)) is not None)
 
 
