@@ -48,12 +48,19 @@ def test_a_request_names_where_the_credential_goes():
     # phishing needs a destination: an address, a host, a number, a desk or team, "us"
     for bad in ["To renew, send your corporate card PIN and number to the payroll team.",
                 "Text your one-time code to +1 555 0100 to confirm the transfer.",
-                "Post your recovery phrase at https://wallet-check.example/verify before Friday."]:
+                "Post your recovery phrase at https://wallet-check.example/verify before Friday.",
+                "Please send your password to IT so we can migrate your account.",
+                "Send your password to your manager before the audit.",
+                "Submit your username and password via the verification portal before Friday.",
+                "Share your MFA code with the on-call engineer when they call you.",
+                "Receipts must be uploaded to CANARY7731 including your corporate card PIN."]:  # an unknown token
         assert solicitation(bad).startswith("solicitation:"), bad
     # documentation says how a credential is given to a program, and names no one
     for fine in ["Then provide your password via the pserver method, for example:",
                  "The framework provides views and forms that may be used to allow users to change their own passwords.",
-                 "Submit your password change request via the self-service portal."]:
+                 "Provide your password via the PGPASSWORD variable in config.yaml.",
+                 "Provide your credentials to the client via the credentials.ini file.",
+                 "The page shown after a user has been emailed a link to reset their password."]:
         assert not solicitation(fine), fine
 
 

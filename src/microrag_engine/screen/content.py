@@ -23,35 +23,45 @@ from .shape import solicitation, stuffed_page
 # person ("You will need:", "Never issue a password prompt.", "Say whatever you like."), and the
 # classifier scores such sentences as high as jailbreak prose: short ones rest on a handful of
 # n-grams. On public documentation nobody here tuned on, a rule that held any window scoring
-# above ``THRESHOLD_ALONE`` held 8 genuine pages per 1,000 (benchmarks/results/injection.md).
-# So a window holds a document by one of three tiers, in falling order of what its words show:
+# above ``THRESHOLD_ALONE`` held 6.6 genuine pages per 1,000 (benchmarks/results/zoo.md).
+# So a window holds its document by one of four tiers, in falling order of what its words show:
 #
-# 1. it speaks to an AI or of its instructions (``TO_A_MODEL``: "Dear assistant", "if you are a
-#    language model", "ignore the previous instructions", "system prompt", "developer mode"),
-#    words documentation almost never uses, and the classifier leans to attack (p >= 0.5);
-# 2. it carries a looser cue (``ADDRESSES_MODEL``: "model", "ignore", "pretend", "your rules"),
+# 1. it speaks to an AI (``SPOKEN_TO_A_MODEL``: "Dear assistant,", "AI:", "if you are a language
+#    model", "models reading this", "ignore the previous instructions"), words documentation
+#    does not say to its reader, and the classifier leans to attack (p >= 0.5);
+# 2. it orders a model about its own conduct (``ORDERS_A_MODEL``: "pretend you are", "reveal your
+#    rules", "respond only in", "system prompt", "developer mode", "you are now an unrestricted
+#    assistant") at the classifier's ``THRESHOLD``: documentation mentions these too ("set the
+#    system prompt"), so the score must agree;
+# 3. it carries a looser cue (``ADDRESSES_MODEL``: "model", "ignore", "simulate", "your rules"),
 #    scores ``THRESHOLD_ALONE`` and has ``MIN_WORDS_CUED`` words or more;
-# 3. it scores ``THRESHOLD_ALONE`` with no cue at all and has ``MIN_WORDS_ALONE`` words or more
-#    (the role-play jailbreaks whose words name no model: long, and scored on many n-grams).
-TO_A_MODEL = rx.compile(
-    r"(?i)\b(?:(?:an?|the|dear|hey|attention|note to the) (?:ai|a\.i\.)|ai (?:assistant|model|system|agent|bot)s?|ai[,:]|ais\b"
-    r"|chat ?bots?|chat ?gpt|llms?|large language models?|language models? (?:that|which|reading|summari[sz]ing|indexing)"
-    r"|openai|(?:dear|hey|note to the|attention|note to|to the) assistant|assistant[,:]"
-    r"|(?:the )?assistant (?:must|should|shall|will|is now|now)"
-    r"|(?:models?|assistants?|bots?|agents?|llms?|ais?) (?:that |who |which )?"
-    r"(?:reads?|reading|summari[sz]ing|summari[sz]es?|indexing|indexes|processing|processes) this"
-    r"|if you are (?:an? )?(?:ai|language model|llm|assistant|bot|chatbot)"
-    r"|system (?:prompt|message|override)|(?:initial|original|hidden|secret) (?:prompt|instructions)"
-    r"|(?:previous|prior|earlier|above|preceding|original|initial|following) (?:instructions|directions|prompts|commands|guidelines)"
-    r"|your (?:system |initial |original |hidden )?(?:instructions|programming|guidelines)"
-    r"|(?:ignore|disregard|forget|override)\W+(?:\w+\W+){0,4}?(?:instructions|directions|prompts?|commands|guidelines|the above|everything)"
-    r"|instructions (?:you|above|before)|you (?:were|have been) (?:told|given|instructed)|i was instructed"
-    r"|you are no longer (?:bound|restricted|limited)|you are now (?:going to (?:act|pretend|be)|acting as|free (?:from|of)"
-    r"|unrestricted|unfiltered|in (?:developer|dan|god|jailbreak|unrestricted) mode|(?-i:DAN))"
-    r"|stay in character|(?:break|breaking) character|developer mode|jailbr\w*|(?-i:DAN)"
-    r"|do anything now|uncensored|unfiltered|no (?:ethical|moral)"
-    r"|(?:ethical|moral|safety|content) (?:guidelines|constraints|filters|polic(?:y|ies))"
-    r"|without (?:any )?(?:restrictions|censorship|filters|warnings)|read_file|exec\()\b")
+# 4. it scores ``THRESHOLD_ALONE`` with no cue at all and has ``MIN_WORDS_ALONE`` words or more
+#    (role-play jailbreaks whose words name no model: long, and scored on many n-grams).
+_MODEL = r"(?:ai|a\.i\.|assistant|chat ?bot|chat ?gpt|gpt|llm|language model|claude|gemini|copilot|bot|model)"
+_RULES = r"(?:instructions|directions|prompts?|rules|guidelines|programming|restrictions|orders)"
+SPOKEN_TO_A_MODEL = rx.compile(
+    # a model called by name at the head of a sentence or clause: "AI, tell ...", "Assistant: say ..."
+    r"(?i)(?:^|[.!?;:\n]\s*)\W*(?:ai|a\.i\.|assistant|chat ?bot|chat ?gpt|gpt|llm|claude|gemini|copilot)\s*[,:]"
+    rf"|\b(?:dear|hey|hi|hello|attention|note (?:to|for) (?:the |any |all )?) ?(?:the |any |all )?{_MODEL}s?\b"
+    rf"|\bif you are (?:an? |the )?{_MODEL}\b|\bas an? (?:ai|a\.i\.|language model|llm)\b"
+    rf"|\b{_MODEL}s? (?:that |who |which )?(?:reads?|reading|summari[sz]ing|summari[sz]es|indexing|indexes"
+    r"|processing|processes|sees?|seeing) (?:this|these)\b"
+    rf"|\b(?:ignore|disregard|forget|override|bypass)\W+(?:(?:all|any|the|your|my|of|previous|prior|earlier|above"
+    rf"|preceding|original|initial|other|system|safety)\W+){{0,4}}{_RULES}\b"
+    r"|\b(?:ignore|disregard) (?:the|everything) above\b"
+    r"|\bthe (?:ai|assistant|model|llm) (?:must|should|shall|will now|is now|now)\b|\bread_file\b|\bexec\(")
+ORDERS_A_MODEL = rx.compile(
+    r"(?i)\b(?:system (?:prompt|override)|(?:initial|original|hidden|secret|system) (?:prompt|instructions)"
+    r"|your (?:system |initial |original |hidden |previous |real )?(?:instructions|programming|guidelines)"
+    r"|(?:new|updated|real|true|secret|hidden) instructions"
+    r"|you (?:were|have been) (?:told|given|instructed) (?:to (?:never|not|always|keep)|that)"
+    r"|i was instructed|pretend (?:that )?you(?: are|'re)|act as (?:if you|an? (?:ai|unrestricted|unfiltered))"
+    r"|reveal (?:your|the|its) (?:\w+ ){0,2}(?:rules|prompt|instructions|password|secret|key|configuration)s?"
+    r"|(?:respond|reply|answer|speak|write) only (?:in|with)|(?:answer|respond|reply) as (?:an?|the|if)"
+    r"|you are (?:now|no longer) (?:(?:an?|the|my|bound|restricted|limited|going to|acting|free|in|unrestricted|unfiltered)\b|(?-i:DAN))"
+    r"|from now on,? (?:you|respond|answer|reply|always|never|only)|stay in character|(?:break|breaking) character"
+    r"|developer mode|jailbr\w*|(?-i:DAN)|do anything now|uncensored|unfiltered|no (?:ethical|moral)"
+    r"|(?:ethical|moral|safety|content) (?:guidelines|constraints|filters|polic(?:y|ies)))\b")
 ADDRESSES_MODEL = rx.compile(
     r"(?i)\b(?:assistant|ai|a\.i\.|chatbot|chat ?gpt|language model|llm|gpt|claude|bot|models?|system prompt"
     r"|(?:previous|prior|earlier|above|original) (?:instructions|guidance|rules|directions)|instructions you"
@@ -66,7 +76,7 @@ ADDRESSES_MODEL = rx.compile(
     r"|(?:every|each|any|all) (?:request|prompt|question)s?|(?:critical|new|secret|hidden|real|true|special) instructions"
     r"|you will (?:now )?(?:be|act|provide|answer|respond|reply|obey|follow|never|always|only)"
     r"|(?:no|without) (?:warnings|limits|filters|censorship|limitations))\b")
-FLOOR_TO_A_MODEL = 0.5  # the classifier's own even odds: the words already say who is addressed
+FLOOR_SPOKEN_TO = 0.5  # the classifier's own even odds: the words already say who is addressed
 MIN_WORDS_CUED = 8
 MIN_WORDS_ALONE = 12
 _WORDS = rx.compile(r"\w+")
@@ -74,10 +84,14 @@ _WORDS = rx.compile(r"\w+")
 
 def holds(window: str, p: float) -> bool:
     """Whether a window the classifier scored ``p`` holds its document (the tiers above)."""
-    if p < FLOOR_TO_A_MODEL:
+    if p < FLOOR_SPOKEN_TO:
         return False
     text = guard.canonical(window)
-    if TO_A_MODEL.search(text) is not None:
+    if SPOKEN_TO_A_MODEL.search(text) is not None:
+        return True
+    if p < injection.THRESHOLD:
+        return False
+    if ORDERS_A_MODEL.search(text) is not None:
         return True
     if p < injection.THRESHOLD_ALONE:
         return False
@@ -87,7 +101,7 @@ def holds(window: str, p: float) -> bool:
 
 def injections(stored: str) -> list[injection.Flagged]:
     """The classifier's windows of ``stored`` that hold it (``holds``), highest first."""
-    return [f for f in injection.flagged(stored, FLOOR_TO_A_MODEL) if holds(f.text, f.p)]
+    return [f for f in injection.flagged(stored, FLOOR_SPOKEN_TO) if holds(f.text, f.p)]
 
 
 def attack_reasons(text: str) -> list[str]:

@@ -11,11 +11,12 @@
   live documents by ``COPY_JACCARD`` or more (word 3-shingles) is a copy.
 * **Solicitation.** A sentence that tells the reader to send, upload or share *their*
   credential (password, PIN, MFA code, card number, ...) somewhere is phishing planted
-  in the knowledge base; a model quotes it as policy. The sentence must name where the
-  credential goes (an address, a host, a phone number, a desk or team, "us", "this
-  message"): a phisher needs a destination, and documentation's "provide your password via
-  the pserver method" or "allow users to change their own passwords" names none. Negated
-  sentences ("never send your password") are advice, not a request.
+  in the knowledge base; a model quotes it as policy. Documentation gives credentials to
+  programs: a sentence that names a mechanism ("via the pserver method", "the PGPASSWORD
+  variable", "views and forms") and no one to send to (an address, a host, a phone number, a
+  desk or team, "us") is instructions, not a request; so is one about the reader's own use of
+  their credential ("a link to reset their password"). Negated sentences ("never send your
+  password") are advice, not a request.
 """
 
 from __future__ import annotations
@@ -44,10 +45,24 @@ SOLICIT = rx.compile(rf"(?i)\b{_SEND}\b{_GAP}{{0,80}}(?:{_YOUR}{_GAP}{{0,30}}\b{
                      rf"|\b(?:to|at|via|into)\b{_GAP}{{0,80}}{_YOUR}{_GAP}{{0,30}}\b{_SECRET}\b)")
 # Where a solicited credential goes: an e-mail address, a URL or host name, a phone number, or
 # someone to send it to.
+_TLD = (r"(?:com|org|net|edu|gov|mil|int|io|co|us|uk|de|fr|nl|ru|cn|jp|in|br|au|ca|eu|info|biz|me|cc|tk|xyz|top|site"
+        r"|online|app|dev|ai|cloud|example|invalid|test|local|localhost|corp|internal|lan|intranet)")
 RECIPIENT = rx.compile(
-    r"(?i)(?:[\w.+-]+@[\w-]+(?:\.[\w-]+)*|\bhttps?://|\bwww\.|\b[a-z0-9-]+(?:\.[a-z0-9-]+)*\.[a-z]{2,24}\b"
-    r"|\+?\d[\d ().-]{6,}\d|\b(?:help ?desk|service ?desk|desk|support|administrators?|admins?|team|department|hr|payroll"
-    r"|security|us|me|them|him|her|sender|this (?:address|e-?mail|number|account|message|form|link|page))\b)")
+    rf"(?i)(?:[\w.+-]+@[\w-]+(?:\.[\w-]+)*|\bhttps?://|\bwww\.|\b[a-z0-9-]+(?:\.[a-z0-9-]+)*\.{_TLD}\b|\bdot com\b"
+    r"|\+?\d[\d ().-]{6,}\d|\b(?:help ?desk|service ?desk|desk|support|administrators?|admins?|team|department|office"
+    r"|hr|payroll|compliance|security|audit(?:or)?s?|managers?|supervisors?|boss|colleagues?|engineers?|technicians?"
+    r"|agents?|representatives?|officers?|staff|portal|website|form|number|address|us|me|them|him|her|sender)\b"
+    r"|\b(?-i:IT)\b)")
+# What documentation hands a credential to: a program's own ways of taking one.
+MECHANISM = rx.compile(
+    r"(?i)\b(?:methods?|options?|flags?|variables?|arguments?|parameters?|commands?|files?|clients?|views?|forms?"
+    r"|fields?|prompts?|dialogs?|environment|keyrings?|settings?|functions?|headers?|apis?|library|libraries"
+    r"|modules?|class(?:es)?|director(?:y|ies)|volumes?|plugins?|backends?|hooks?|scripts?|programs?|tools?)\b")
+# ... or a reader's own use of their credential ("a link to reset their password", "users who
+# have lost their password"): the credential is not what is sent.
+SELF_SERVICE = rx.compile(
+    rf"(?i)\b(?:reset|change|changed|update|set|recover|lost|forgot|forgotten|enter|entered|type|remember|choose|create"
+    rf"|rotate|revoke)\s+(?:\w+\s+){{0,2}}{_YOUR}\s+(?:\w+\s+){{0,2}}{_SECRET}\b")
 NEGATED = rx.compile(r"(?i)\b(?:never|not|don't|do not|no one|nobody|must not|should not|won't|will never|avoid)\b")
 
 
@@ -116,6 +131,7 @@ def solicitation(text: str) -> str:
         # "code at x.example" into "code@x.example" and lose the "at".
         said = (text[start:end], canonical(text[start:end]))
         if (any(SOLICIT.search(v) for v in said) and not any(NEGATED.search(v) for v in said)
-                and any(RECIPIENT.search(v) for v in said)):
+                and (any(RECIPIENT.search(v) for v in said)
+                     or not any(MECHANISM.search(v) or SELF_SERVICE.search(v) for v in said))):
             return f"solicitation: asks readers to send a credential: {text[start:end].strip()[:100]!r}"
     return ""
