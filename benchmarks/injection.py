@@ -131,8 +131,10 @@ def main() -> None:
     rule = hold_rule(data, thr)
     result["hold_rule"] = rule
     lines += ["\n## The hold rule at ingest (screen.content.holds)\n",
-              "A flagged window holds its document by one of three tiers: it speaks to an AI or of its instructions "
-              "(`TO_A_MODEL`) and scores 0.5 or more; it carries the looser cue (`ADDRESSES_MODEL`), scores "
+              "A flagged window holds its document by one of four tiers: it speaks to a model (`SPOKEN_TO_A_MODEL`: "
+              "\"AI, ...\", \"Dear assistant\", \"ignore the previous instructions\") and scores 0.5 or more; it orders a "
+              "model about its conduct (`ORDERS_A_MODEL`: \"pretend you are\", \"reveal your rules\", \"system prompt\") "
+              f"and scores the threshold ({thr}) or more; it carries the looser cue (`ADDRESSES_MODEL`), scores "
               f"{injection.THRESHOLD_ALONE} (`threshold_alone`) or more and has {MIN_WORDS_CUED}+ words; or it scores "
               f"`threshold_alone` with no cue and has {MIN_WORDS_ALONE}+ words. `before`: the rule it replaced (any window "
               "at `threshold_alone`, or at the threshold with the looser cue). Whole held-out attacks: each public "
