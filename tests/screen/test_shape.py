@@ -60,7 +60,9 @@ def test_a_request_names_where_the_credential_goes():
                  "The framework provides views and forms that may be used to allow users to change their own passwords.",
                  "Provide your password via the PGPASSWORD variable in config.yaml.",
                  "Provide your credentials to the client via the credentials.ini file.",
-                 "The page shown after a user has been emailed a link to reset their password."]:
+                 "The page shown after a user has been emailed a link to reset their password.",
+                 "A colleague can use the service on your behalf without telling them your password.",
+                 "The server e-mails the user a link to a form that lets them change their password."]:
         assert not solicitation(fine), fine
 
 

@@ -49,6 +49,8 @@ SPOKEN_TO_A_MODEL = rx.compile(
     rf"|\b(?:ignore|disregard|forget|override|bypass)\W+(?:(?:all|any|the|your|my|of|previous|prior|earlier|above"
     rf"|preceding|original|initial|other|system|safety)\W+){{0,4}}{_RULES}\b"
     r"|\b(?:ignore|disregard) (?:the|everything) above\b"
+    r"|\b(?:whoever|anyone|anything|whatever) (?:is )?(?:reads?|reading|summari[sz]ing|summari[sz]es|processing|processes"
+    r"|indexing|indexes|presenting|presents) (?:this|these)\b|\bwithout (?:asking|telling|informing|alerting) the user\b"
     r"|\bthe (?:ai|assistant|model|llm) (?:must|should|shall|will now|is now|now)\b|\bread_file\b|\bexec\(")
 ORDERS_A_MODEL = rx.compile(
     r"(?i)\b(?:system (?:prompt|override)|(?:initial|original|hidden|secret|system) (?:prompt|instructions)"
@@ -61,7 +63,11 @@ ORDERS_A_MODEL = rx.compile(
     r"|you are (?:now|no longer) (?:(?:an?|the|my|bound|restricted|limited|going to|acting|free|in|unrestricted|unfiltered)\b|(?-i:DAN))"
     r"|from now on,? (?:you|respond|answer|reply|always|never|only)|stay in character|(?:break|breaking) character"
     r"|developer mode|jailbr\w*|(?-i:DAN)|do anything now|uncensored|unfiltered|no (?:ethical|moral)"
-    r"|(?:ethical|moral|safety|content) (?:guidelines|constraints|filters|polic(?:y|ies)))\b")
+    r"|(?:ethical|moral|safety|content) (?:guidelines|constraints|filters|polic(?:y|ies))"
+    # the conversation a model is in, which documentation has no reason to speak of
+    r"|the user'?s? (?:previous|earlier|prior|past|other) (?:messages|questions|prompts|requests|conversations?|chats?)"
+    r"|(?:earlier|previously|before) in (?:the|this) (?:chat|conversation|session)"
+    r"|(?:the|this) (?:chat|conversation) (?:history|so far))\b")
 ADDRESSES_MODEL = rx.compile(
     r"(?i)\b(?:assistant|ai|a\.i\.|chatbot|chat ?gpt|language model|llm|gpt|claude|bot|models?|system prompt"
     r"|(?:previous|prior|earlier|above|original) (?:instructions|guidance|rules|directions)|instructions you"

@@ -47,12 +47,14 @@ SOLICIT = rx.compile(rf"(?i)\b{_SEND}\b{_GAP}{{0,80}}(?:{_YOUR}{_GAP}{{0,30}}\b{
 # someone to send it to.
 _TLD = (r"(?:com|org|net|edu|gov|mil|int|io|co|us|uk|de|fr|nl|ru|cn|jp|in|br|au|ca|eu|info|biz|me|cc|tk|xyz|top|site"
         r"|online|app|dev|ai|cloud|example|invalid|test|local|localhost|corp|internal|lan|intranet)")
-RECIPIENT = rx.compile(
+ADDRESS = rx.compile(
     rf"(?i)(?:[\w.+-]+@[\w-]+(?:\.[\w-]+)*|\bhttps?://|\bwww\.|\b[a-z0-9-]+(?:\.[a-z0-9-]+)*\.{_TLD}\b|\bdot com\b"
-    r"|\+?\d[\d ().-]{6,}\d|\b(?:help ?desk|service ?desk|desk|support|administrators?|admins?|team|department|office"
+    r"|\+?\d[\d ().-]{6,}\d)")
+RECIPIENT = rx.compile(
+    r"(?i)\b(?:help ?desk|service ?desk|desk|support|administrators?|admins?|team|department|office"
     r"|hr|payroll|compliance|security|audit(?:or)?s?|managers?|supervisors?|boss|colleagues?|engineers?|technicians?"
     r"|agents?|representatives?|officers?|staff|portal|website|form|number|address|us|me|them|him|her|sender)\b"
-    r"|\b(?-i:IT)\b)")
+    r"|\b(?-i:IT)\b")
 # What documentation hands a credential to: a program's own ways of taking one.
 MECHANISM = rx.compile(
     r"(?i)\b(?:methods?|options?|flags?|variables?|arguments?|parameters?|commands?|files?|clients?|views?|forms?"
@@ -63,7 +65,8 @@ MECHANISM = rx.compile(
 SELF_SERVICE = rx.compile(
     rf"(?i)\b(?:reset|change|changed|update|set|recover|lost|forgot|forgotten|enter|entered|type|remember|choose|create"
     rf"|rotate|revoke)\s+(?:\w+\s+){{0,2}}{_YOUR}\s+(?:\w+\s+){{0,2}}{_SECRET}\b")
-NEGATED = rx.compile(r"(?i)\b(?:never|not|don't|do not|no one|nobody|must not|should not|won't|will never|avoid)\b")
+NEGATED = rx.compile(r"(?i)\b(?:never|not|don't|do not|no one|nobody|must not|should not|won't|will never|avoid"
+                     r"|without (?:telling|sending|giving|sharing|typing|entering|revealing|disclosing))\b")
 
 
 _FENCED = rx.compile(r"(?ms)^```.*?^```[ \t]*$")
@@ -130,8 +133,12 @@ def solicitation(text: str) -> str:
         # Read as written and canonical (homoglyphs undone); canonical alone would turn
         # "code at x.example" into "code@x.example" and lose the "at".
         said = (text[start:end], canonical(text[start:end]))
-        if (any(SOLICIT.search(v) for v in said) and not any(NEGATED.search(v) for v in said)
-                and (any(RECIPIENT.search(v) for v in said)
-                     or not any(MECHANISM.search(v) or SELF_SERVICE.search(v) for v in said))):
+        if not any(SOLICIT.search(v) for v in said) or any(NEGATED.search(v) for v in said):
+            continue
+        # an address always counts; a person or desk unless the reader only uses their own
+        # credential; with neither, a program's mechanism makes it instructions
+        if any(ADDRESS.search(v) for v in said) or (
+                not any(SELF_SERVICE.search(v) for v in said)
+                and (any(RECIPIENT.search(v) for v in said) or not any(MECHANISM.search(v) for v in said))):
             return f"solicitation: asks readers to send a credential: {text[start:end].strip()[:100]!r}"
     return ""
