@@ -23,7 +23,7 @@ from .shape import solicitation, stuffed_page
 # person ("You will need:", "Never issue a password prompt.", "Say whatever you like."), and the
 # classifier scores such sentences as high as jailbreak prose: short ones rest on a handful of
 # n-grams. On public documentation nobody here tuned on, a rule that held any window scoring
-# above ``THRESHOLD_ALONE`` held 6.6 genuine pages per 1,000 (benchmarks/results/zoo.md).
+# above ``THRESHOLD_ALONE`` held 6.6 genuine pages per 1,000 (docs/security/screening.md).
 # So a window holds its document by one of four tiers, in falling order of what its words show:
 #
 # 1. it speaks to an AI (``SPOKEN_TO_A_MODEL``: "Dear assistant,", "AI:", "if you are a language
