@@ -17,10 +17,12 @@ import time
 from pathlib import Path
 
 ROOT = Path(__file__).resolve().parents[1]
+sys.path.insert(0, str(ROOT / "benchmarks"))
 sys.path.insert(0, str(ROOT / "training"))
 sys.path.insert(0, str(ROOT / "src"))
 
 import build_injection as build  # noqa: E402
+from hostinfo import machine  # noqa: E402
 
 from microrag_engine import guard  # noqa: E402
 from microrag_engine.load import load_documents  # noqa: E402
@@ -99,7 +101,9 @@ def main() -> None:
               "sizes": {"positives": {k: {"train": len(tr), "test": len(te)} for k, (tr, te) in sorted(pos.items())},
                         "negatives": {k: {s: len(v) for s, v in d.items()} for k, d in sorted(neg.items())}},
               "held_out": m, "speed": sp, "licences": meta["sources"]["licences"]}
-    lines = [f"# Prompt-injection classifier (screen.injection)\n\nCommand: `{COMMAND}` (rebuild: `.venv/bin/python "
+    result["machine"] = machine()
+    lines = [f"# Prompt-injection classifier (screen.injection)\n\nMachine: {result['machine']}. "
+             f"Command: `{COMMAND}` (rebuild: `.venv/bin/python "
              f"training/build_injection.py`).\n",
              f"Threshold {thr} ({meta['threshold_rule']}). Windows are single sentences and pairs of neighbouring "
              "sentences, as `flagged()` scores them. Heuristic = `guard.injection_check(text).suspicious`.\n",
