@@ -8,8 +8,8 @@ that sets the defaults (swept on the dev sets only).
 
 Sets and their role (``SETS``): ``dev`` sets tune the defaults; ``test`` sets are only
 measured; ``outside`` is the sqlite3-doc check the ingest issue keeps aside. The zoo sets
-(flask, git, postgresql, sqlite: ``benchmarks/qa/<name>.jsonl``) were written by readers of
-the pages who never saw the answerer; their corpora are the public-docs zoo's
+(``ZOO``: ``benchmarks/qa/<name>.jsonl``) were written by readers of the pages who never saw
+the answerer; their corpora are the public-docs zoo's
 (``benchmarks/zoo/corpora.py``), ingested once with the defaults (screening and DLP on, as
 ``microrag ingest`` does) into ~/.cache/microrag/qa/<name>-ix.
 
@@ -57,8 +57,9 @@ GRID = {"min_support": [0.0, 0.25, 0.3, 0.35, 0.4, 0.45],
         "rescue_sem": [0.0, 0.5, 0.55, 0.6, 0.65, 0.7]}
 FALSE_COST = 2.0  # a false refusal (an answerable question refused) costs this many missed refusals
 GOAL_FALSE_REFUSALS = 0.05  # the issue's goal, drawn on the plot
-SETS = {"handbook": "dev", "python-docs": "dev", "flask": "dev", "git": "dev", "postgresql": "test", "sqlite": "outside"}
-ZOO = ("flask", "git", "postgresql", "sqlite")
+SETS = {"handbook": "dev", "python-docs": "dev", "flask": "dev", "git": "dev", "django": "dev", "rust-book": "dev",
+        "apache2": "dev", "cryptography": "dev", "postgresql": "test", "sqlite": "outside"}
+ZOO = ("flask", "git", "django", "rust-book", "apache2", "cryptography", "postgresql", "sqlite")
 
 
 def zoo_engine(name: str, settings) -> tuple[Engine, str]:

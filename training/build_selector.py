@@ -1,10 +1,11 @@
 """Train the answer selector: which candidate passage of the retrieved chunks answers the question.
 
-    .venv/bin/python training/build_selector.py     # ~4 min on 2 cores with the QA indexes cached
+    .venv/bin/python training/build_selector.py     # ~8 min on 2 cores with the QA indexes cached
 
 Data: the answerable questions of the QA *dev* sets (``benchmarks/qa_report.py`` SETS: the
-bundled handbook, flask and git, written by readers of the pages for this project; never
-the test or outside sets). Each question is retrieved and cut into candidate passages
+bundled handbook and the zoo's dev corpora flask, git, django, rust-book, apache2 and
+cryptography, written by readers of the pages for this project; never the test or outside
+sets; python-docs is left out for its 20-minute index). Each question is retrieved and cut into candidate passages
 exactly as the answerer does (``generate.score_units``); a passage is positive when it
 holds every fact group of the question. Model: a conditional logit (softmax over one
 question's candidates) on ``generate.FEATURES``, fitted with L-BFGS and an L2 penalty.

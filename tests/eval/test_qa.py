@@ -61,7 +61,7 @@ def test_the_committed_qa_sets_are_well_formed():
 
 
 
-@pytest.mark.parametrize("name", ["flask", "git", "postgresql", "sqlite"])
+@pytest.mark.parametrize("name", ["flask", "git", "django", "rust-book", "apache2", "cryptography", "postgresql", "sqlite"])
 def test_the_public_docs_sets_are_large_enough_and_name_their_pages(name):
     """The zoo's QA sets (benchmarks/qa_report.py SETS): 60+ answerable and 20+ in-domain
     unanswerable questions each, every answerable one naming its pages and its facts."""
