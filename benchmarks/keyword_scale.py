@@ -146,8 +146,7 @@ def engine(n: int, pool: list[str], work: Path) -> dict:
     """Reload after a one-document write on a SQLite store of ``n`` chunks, before (from_store) and now (updated)."""
     from microrag_engine.config import override, preset
     from microrag_engine.engine import Engine
-    from microrag_engine.ingest import bound_meta
-    from microrag_engine.store.base import DocRecord, DocUpdate
+    from microrag_engine.store.base import DocRecord, DocUpdate, bound_meta
     from microrag_engine.store.sqlite import SQLiteStore
     from microrag_engine.types import Chunk
 

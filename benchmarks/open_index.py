@@ -51,8 +51,7 @@ def sentences() -> list[str]:
 
 def build(folder: Path, n: int, pool: list[str]) -> None:
     from microrag_engine.config import preset
-    from microrag_engine.ingest import bound_meta
-    from microrag_engine.store.base import DocRecord, DocUpdate
+    from microrag_engine.store.base import DocRecord, DocUpdate, bound_meta
     from microrag_engine.store.sqlite import SQLiteStore
     from microrag_engine.types import Chunk
 

@@ -201,7 +201,7 @@ def build(uri: str, corpus: Corpus, x: np.ndarray, args) -> dict:
     import scipy.sparse as sp
 
     from microrag_engine.config import Settings
-    from microrag_engine.ingest import bound_meta
+    from microrag_engine.store.base import bound_meta
     from microrag_engine.store.postgres import PG_FORMAT, PostgresStore, bm25_doc_weights, sparse_literal, term_id, vector_literal
     from microrag_engine.text import bm25_tokens
 

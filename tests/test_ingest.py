@@ -319,7 +319,7 @@ def test_a_new_embedder_build_is_named_and_reembeds_everything_on_the_next_inges
     embedder = make_embedder(SEED.embedder)  # the process's (cached) instance
     assert store.meta()["embedder_digest"] == embedder.digest == "hash-128"
     monkeypatch.setattr(embedder, "digest", "hash-next-build")  # what a new release's graph looks like
-    from microrag_engine.ingest import embedder_drift
+    from microrag_engine.store.base import embedder_drift
 
     assert embedder_drift(store.meta(), "hash-next-build") == ""  # the seed's hashing never changes: no warning
     minilm_meta = {**store.meta(), "embedder": "minilm", "embedder_digest": "aaaa"}

@@ -36,8 +36,6 @@ from .index.ann import HNSW, faiss_available
 from .index.embed import Embedder, make_embedder
 from .index.keyword import BM25Scorer, KeywordScorer, make_keyword
 from .index.saved import ChunkTable, SavedRecords, interleave, open_saved, save
-from .ingest import check_compatible, dlp_named, embedder_drift, guarded, title_of
-from .load import SUPPORTED, load_documents
 from .retrieve import rank_candidates, retrieve
 from .retrieve.cap import long_doc_penalty
 from .retrieve.conversation import Condensed, retrieval_query
@@ -45,8 +43,8 @@ from .retrieve.mimic import restated_question
 from .retrieve.names import DocNames, name_boost
 from .runtime.llm import ChatStream
 from .runtime.tracing import span
-from .store.base import DocFilter, DocRecord, SearchableStore, Store
-from .text import bm25_fingerprint, bm25_tokens
+from .store.base import DocFilter, DocRecord, SearchableStore, Store, check_compatible, embedder_drift
+from .text import bm25_fingerprint, bm25_tokens, title_of
 from .tools import FileTool, ToolResult
 from .types import CONTRADICTED, ENTAILED, NEUTRAL, NOT_IN_DOCUMENTS, NOT_SUPPORTED, Chunk, Document, Hit, Retrieval, Turn
 from .verify import Verification, verify_with
@@ -331,6 +329,8 @@ class Engine:
     @classmethod
     def from_paths(cls, paths: Iterable[str | Path], settings: Settings, progress: bool = False) -> Engine:
         """Load every readable document under ``paths`` and index it."""
+        from .load import SUPPORTED, load_documents  # the parsers: not on a query's start-up path
+
         paths = list(paths)
         docs = load_documents(paths, settings.markup)
         if not docs:
@@ -796,6 +796,8 @@ def _with_title(doc: Document) -> tuple[tuple[str, str], ...]:
 
 def _guarded(docs: list[Document], settings: Settings) -> list[Document]:
     """The documents as ``microrag ingest`` would store them (one DLP policy for every front end)."""
+    from .ingest import dlp_named, guarded  # DLP and the ingest policy: not on a query's start-up path
+
     out, found, key = [], 0, secrets.token_hex(16)  # names unique to this engine: it is not stored
     for doc in docs:
         named, in_name = dlp_named(doc, settings, key)  # a name goes through DLP as the text does (#33)

@@ -36,11 +36,12 @@ import numpy as np
 from . import guard, rx
 from .chunk import TokenCounter, chunk_documents, page_starts
 from .config import Settings
-from .errors import ConfigError, CorpusError
+from .errors import CorpusError
 from .index.embed import Embedder, make_embedder
 from .load import SUPPORTED, iter_files, iter_tagged
 from .runtime.tracing import span
-from .store.base import BOUND_SETTINGS, FIELD_NAME, MAX_FIELD_CHARS, MAX_FIELDS, DocRecord, DocUpdate, Store
+from .store.base import DIGEST_KEY, FIELD_NAME, MAX_FIELD_CHARS, MAX_FIELDS, DocRecord, DocUpdate, Store, bound_meta, check_compatible
+from .text import title_of
 from .types import Chunk, Document
 
 if TYPE_CHECKING:  # dlp compiles its patterns on import: a query never loads it
@@ -95,46 +96,6 @@ Progress = Callable[[int, int, int], None]
 
 def sha256(text: str) -> str:
     return hashlib.sha256(text.encode("utf-8")).hexdigest()
-
-
-def bound_meta(settings: Settings, dim: int, digest: str = "") -> dict[str, str]:
-    """The settings an index is bound to, as stored strings, and which build of the embedder
-    (its graph's digest) made the vectors."""
-    meta = {k: str(getattr(settings, k)) for k in BOUND_SETTINGS}
-    meta["dim"] = str(dim)
-    if digest:
-        meta[DIGEST_KEY] = digest
-    return meta
-
-
-DIGEST_KEY = "embedder_digest"
-
-
-def embedder_drift(meta: dict[str, str], digest: str) -> str:
-    """A warning when an index's vectors came from another build of its embedder ("" if not)."""
-    recorded = meta.get(DIGEST_KEY, "")
-    if not meta.get("embedder") or recorded == digest or meta["embedder"] == "hash":  # the seed's hashing never changes
-        return ""
-    made = f"graph {recorded}" if recorded else "an older build"
-    return (f"this index's vectors were made by {made} of the {meta['embedder']} embedder, and queries now use "
-            f"graph {digest}: ranking still works, but run 'microrag ingest' again on all its folders, in one command, "
-            "to re-embed them (each document once)")
-
-
-def check_compatible(meta: dict[str, str], settings: Settings) -> None:
-    """Refuse settings that would read (or write) the stored vectors and chunks wrongly."""
-    if not meta.get("embedder"):
-        return  # empty store: anything goes
-    wanted = {k: str(getattr(settings, k)) for k in BOUND_SETTINGS}
-    if settings.chunker != "chars":  # size/overlap only matter to the char window
-        wanted.pop("size"), wanted.pop("overlap")
-    else:
-        wanted.pop("max_tokens")
-    diff = [f"{k}={meta.get(k)} (asked {v})" for k, v in wanted.items() if meta.get(k) != v]
-    if diff:
-        raise ConfigError(
-            f"this index was built with {', '.join(diff)}; query it with the settings it was built with "
-            "(e.g. the same --preset) or ingest into a new --index")
 
 
 _OWN_META = frozenset({"pages"})  # meta the loaders write about the text itself (offsets), not the author's
@@ -1150,13 +1111,6 @@ def _renamed(doc: Document, doc_id: str) -> Document:
     return replace(doc, path=doc_id, prechunked=pre, meta=tuple(meta.items()))
 
 
-_HEADING = rx.compile(r"(?m)^#{1,2}[ \t]+(\S[^\n]*)$")
-
-
-def title_of(doc: Document) -> str:
-    """Front matter's title, else the first top-level heading, else the file name."""
-    m = _HEADING.search(doc.text[:20_000])
-    return m.group(1).strip() if m else Path(doc.path).stem
 
 
 def _under(path: str, root: str) -> bool:

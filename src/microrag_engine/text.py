@@ -14,8 +14,10 @@ from __future__ import annotations
 import hashlib
 import re
 from functools import lru_cache
+from pathlib import Path
 
 from . import rx
+from .types import Document
 
 # A sentence ends at . ! ? (optionally closed by quotes/brackets) followed by space.
 _SENT_END = re.compile(r"(?<=[.!?])[\"')\]]*\s+(?=\S)")
@@ -162,3 +164,13 @@ def bm25_fingerprint() -> str:
     stemmer = Stemmer.version()
     spec = "\x00".join([WORD_TOKEN.pattern, " ".join(sorted(_stopwords())), stemmer])
     return hashlib.sha256(spec.encode("utf-8")).hexdigest()[:16]
+
+
+_TITLE_HEADING = rx.compile(r"(?m)^#{1,2}[ \t]+(\S[^\n]*)$")
+
+
+def title_of(doc: Document) -> str:
+    """``doc``'s first top-level heading, else its file name (a title in its front matter is
+    read by the caller first)."""
+    m = _TITLE_HEADING.search(doc.text[:20_000])
+    return m.group(1).strip() if m else Path(doc.path).stem

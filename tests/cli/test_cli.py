@@ -242,13 +242,15 @@ def test_a_jsonl_record_with_instructions_is_held_like_any_other_text(tmp_path):
 
 def test_a_retrieve_on_an_index_loads_no_ingest_machinery(seed_kb, tmp_path):
     """#34 start-up: ``microrag retrieve`` on a built index imports neither DLP (its patterns
-    compile on import: 40 ms) nor the screens nor the file parsers; an ingest does."""
+    compile on import: 40 ms) nor the screens nor the ingest pipeline and its file parsers
+    (~20 ms more); an ingest does."""
     import subprocess
     import sys
 
     ix = tmp_path / "ix"
     assert run_cli("ingest", str(seed_kb), "--index", str(ix), "--preset", "seed", "--quiet").returncode == 0
-    heavy = ("microrag_engine.dlp", "microrag_engine.screen.injection", "microrag_engine.screen.content", "docx", "pypdf")
+    heavy = ("microrag_engine.dlp", "microrag_engine.screen.injection", "microrag_engine.screen.content", "docx", "pypdf",
+             "microrag_engine.ingest", "microrag_engine.load", "microrag_engine.load.html")
     code = ("import sys\n"
             "from microrag_engine.cli.main import main\n"
             f"sys.argv = ['microrag', 'retrieve', '--index', {str(ix)!r}, '--preset', 'seed', 'reset password']\n"

@@ -22,7 +22,8 @@ from pathlib import Path
 
 import numpy as np
 
-from ..errors import MicroRAGError
+from ..config import Settings
+from ..errors import ConfigError, MicroRAGError
 from ..types import Chunk
 
 FORMAT_VERSION = 1
@@ -32,6 +33,46 @@ class StaleVersion(MicroRAGError):
     """The document changed since the version a relabel names (``Store.relabel``)."""
 # Settings that change what is stored; a query with other values would be wrong.
 BOUND_SETTINGS = ("chunker", "size", "overlap", "max_tokens", "embedder")
+
+
+def bound_meta(settings: Settings, dim: int, digest: str = "") -> dict[str, str]:
+    """The settings an index is bound to, as stored strings, and which build of the embedder
+    (its graph's digest) made the vectors."""
+    meta = {k: str(getattr(settings, k)) for k in BOUND_SETTINGS}
+    meta["dim"] = str(dim)
+    if digest:
+        meta[DIGEST_KEY] = digest
+    return meta
+
+
+DIGEST_KEY = "embedder_digest"
+
+
+def embedder_drift(meta: dict[str, str], digest: str) -> str:
+    """A warning when an index's vectors came from another build of its embedder ("" if not)."""
+    recorded = meta.get(DIGEST_KEY, "")
+    if not meta.get("embedder") or recorded == digest or meta["embedder"] == "hash":  # the seed's hashing never changes
+        return ""
+    made = f"graph {recorded}" if recorded else "an older build"
+    return (f"this index's vectors were made by {made} of the {meta['embedder']} embedder, and queries now use "
+            f"graph {digest}: ranking still works, but run 'microrag ingest' again on all its folders, in one command, "
+            "to re-embed them (each document once)")
+
+
+def check_compatible(meta: dict[str, str], settings: Settings) -> None:
+    """Refuse settings that would read (or write) the stored vectors and chunks wrongly."""
+    if not meta.get("embedder"):
+        return  # empty store: anything goes
+    wanted = {k: str(getattr(settings, k)) for k in BOUND_SETTINGS}
+    if settings.chunker != "chars":  # size/overlap only matter to the char window
+        wanted.pop("size"), wanted.pop("overlap")
+    else:
+        wanted.pop("max_tokens")
+    diff = [f"{k}={meta.get(k)} (asked {v})" for k, v in wanted.items() if meta.get(k) != v]
+    if diff:
+        raise ConfigError(
+            f"this index was built with {', '.join(diff)}; query it with the settings it was built with "
+            "(e.g. the same --preset) or ingest into a new --index")
 
 
 @dataclass(frozen=True)
