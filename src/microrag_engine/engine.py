@@ -89,6 +89,9 @@ def refused_by(ans: Answer) -> str:
     return "model" if ans.mode == "llm" else "answerer"
 
 
+NO_DOCUMENT_MATCHES = "no indexed document matches the filter"  # the refusal's reason, whichever way it was found
+
+
 class Engine:
     """A queryable index plus its settings."""
 
@@ -120,6 +123,8 @@ class Engine:
         self._scoped: dict[tuple[str, ...], KeywordScorer] = {}
         # Visible-chunk masks by label set (None: the default), read-only: see mask().
         self._masks: dict[tuple[str, ...] | None, np.ndarray | None] = {}
+        # The filterable field names each clearance's documents have, by label set: see _warn_unknown_fields.
+        self._fields: dict[tuple[str, ...] | None, frozenset[str]] = {}
         # (knobs, length prior per document, the same per chunk of the index): see _doc_prior
         self._prior: tuple[tuple[float, int, float], dict[str, float], np.ndarray | None] | None = None
         # The rare words of the names each clearance can see, by (label set, name_rare): see _name_prior
@@ -270,7 +275,7 @@ class Engine:
         labels = self.labels.copy()
         labels[chunks] = label
         labels.setflags(write=False)
-        self.labels, self._masks, self._scoped, self._prior, self._names = labels, {}, {}, None, {}
+        self.labels, self._masks, self._scoped, self._prior, self._names, self._fields = labels, {}, {}, None, {}, {}
         if self.index.ann is not None:  # (the same rows: each keeps its slot unless its partition changed)
             self.index.ann = _next_ann(self.index.ann, self.index.vectors, self.settings, labels, np.arange(len(labels)))
 
@@ -365,14 +370,21 @@ class Engine:
 
     def _ranked(self, query: str, settings: Settings, safeguards: bool, labels: Iterable[str] | None, scoped: bool,
                 where: DocFilter | None) -> Retrieval:
-        chosen = self.select(where, labels) if where else None
+        # A filter the database evaluates stays a predicate there (no list of admitted ids per query).
+        in_sql = where if self.store is not None and where and self.store.filters(where) else None
+        chosen = self.select(where, labels) if where and in_sql is None else None
+        if in_sql is not None:
+            self._warn_unknown_fields(in_sql, labels)
         if chosen is not None and not chosen:
-            return Retrieval(query, [], refused=True, reason="no indexed document matches the filter")
+            return Retrieval(query, [], refused=True, reason=NO_DOCUMENT_MATCHES)
         if self.store is not None:
             qvec = self.index.embedder.embed([query])[0]
             visible = self._visible_labels(labels)
             found, ceiling = self.store.search(query, qvec, visible, n=settings.first_pass,
-                                               docs=sorted(chosen) if chosen is not None else None)
+                                               docs=sorted(chosen) if chosen is not None else None,
+                                               where=in_sql)
+            if in_sql is not None and not found and not self.store.admitted(in_sql, visible, 1):
+                return Retrieval(query, [], refused=True, reason=NO_DOCUMENT_MATCHES)
             prior = self._doc_prior(settings)
             penalty = np.array([prior.get(c.doc, 0.0) for c, _, _ in found]) if prior else None
             ranked = rank_candidates(query, [c for c, _, _ in found], np.array([k for _, k, _ in found]),
@@ -402,15 +414,31 @@ class Engine:
         """The documents ``where`` admits among those ``labels`` may read (a filter must not
         tell a caller that a document they cannot read exists). In-memory corpora: path,
         title and front matter."""
+        visible = self._readable_records(labels)
+        self._warn_unknown_fields(where, labels)
+        return {doc for doc, rec in visible.items() if where.admits(rec)}
+
+    def _readable_records(self, labels: Iterable[str] | None) -> dict[str, DocRecord]:
         records = self.records or {d.path: DocRecord(d.path, "", meta=_with_title(d)) for d in self.documents}
         readable = None if labels is None else set(labels)
-        visible = {doc: rec for doc, rec in records.items()
-                   if not rec.label.startswith("_") and (readable is None or rec.label in readable)}
-        known = {"path", "doc", "collection", "label"} | {k.lower() for rec in visible.values() for k, _ in rec.meta}
+        return {doc: rec for doc, rec in records.items()
+                if not rec.label.startswith("_") and (readable is None or rec.label in readable)}
+
+    def _warn_unknown_fields(self, where: DocFilter, labels: Iterable[str] | None) -> None:
+        """Say which fields ``where`` names that no document ``labels`` may read has (a typo
+        would otherwise just refuse), naming only fields of those documents. Known fields are
+        found once per clearance: the records do not change under an engine."""
+        key = None if labels is None else tuple(sorted(set(labels)))
+        known = self._fields.get(key)
+        if known is None:
+            visible = self._readable_records(labels)
+            known = frozenset({"path", "doc", "collection", "label"} | {k.lower() for rec in visible.values() for k, _ in rec.meta})
+            if len(self._fields) >= 16:  # a handful of clearances in practice; bound it anyway
+                self._fields.clear()
+            self._fields[key] = known
         unknown = sorted(where.fields() - known)
         if unknown:
             log.warning("no document has the field(s) %s; fields: %s", ", ".join(unknown), ", ".join(sorted(known)))
-        return {doc for doc, rec in visible.items() if where.admits(rec)}
 
     def set_tiers(self, tiers: Mapping[str, int]) -> None:
         """The provenance tier of each document that is not the operator's (``Settings.w_provenance``)."""

@@ -566,6 +566,13 @@ def test_server_on_postgres_retrieves_in_the_database(tmp_path):
         out = ask(s, "How many vacation days do employees get?", top_k=2)
         assert out["sources"][0]["doc"] == "leave.md" and len(out["sources"]) <= 2
         assert all(src["doc"] != "salaries.md" for src in ask(s, "L5 salary band pay", "reader")["sources"])
+        # Filters run in the database here (#35): the same answers as in memory, and a filter naming a
+        # document the caller cannot read says what one naming nothing says.
+        q = "what does the L5 salary band pay and how many vacation days?"
+        assert {src["doc"] for src in ask(s, q, "admin", where={"path": "leave*"})["sources"]} == {"leave.md"}
+        assert "salaries.md" not in {src["doc"] for src in ask(s, q, "admin", exclude={"title": "*salary*"})["sources"]}
+        hidden, absent = ask(s, q, "reader", where={"path": "salaries.md"}), ask(s, q, "reader", where={"path": "nope.md"})
+        assert hidden["sources"] == absent["sources"] == [] and hidden["answer"] == absent["answer"]
         r = s.call("POST", "/ingest", "contrib", json={"source": "pg.md", "body": "Pangolin parking is on level 3."}).json()
         assert r["status"] == "quarantined"
         assert all(src["doc"] != r["doc"] for src in ask(s, "where is pangolin parking?", "admin")["sources"])

@@ -688,3 +688,144 @@ def test_relabel_names_the_version_it_publishes(store, tmp_path):
     assert store.documents()["a.md"].label == "_quarantine" and store.generation() == generation
     store.relabel("a.md", "public", version=store.documents()["a.md"].content_hash)
     assert store.documents()["a.md"].label == "public"
+
+
+# ---------------------------------------------------------------- filters as SQL predicates (#35)
+
+# Values a filter must tell apart: LIKE's own wildcards and escape, a glob's wildcards taken
+# literally in a value, case that lower() changes in length, a line break, non-Latin text.
+_FIELD_VALUES = ["Guide", "guide/intro", "50% off", "snake_case", "back\\slash", "star*name", "what?", "İstanbul",
+                 "Straße", "line\nbreak", "日本語の文書", "", "a", "tutorial/setup.md", "x_y%z\\"]
+
+
+def _filter_records(rng: random.Random) -> list:
+    from microrag_engine.store.base import DocRecord
+
+    out = []
+    for i in range(40):
+        collection = rng.choice(["", "Docs", "wiki"])
+        folder = rng.choice(["guide/", "api/", "", "Tutorial/"])
+        doc = (f"{collection}/" if collection else "") + folder + f"p{i}_{rng.choice(_FIELD_VALUES)}.md"
+        meta = tuple((rng.choice(["title", "Title", "owner", "tags", "TEAM"]), rng.choice(_FIELD_VALUES))
+                     for _ in range(rng.randint(0, 4)))
+        label = rng.choice(["public", "public", "restricted", "_quarantine"])
+        out.append(DocRecord(doc, f"h{i}", label, collection=collection, meta=meta, n_chunks=1))
+    return out
+
+
+def _apply_records(store, records) -> None:
+    from microrag_engine.store.base import DocUpdate
+    from microrag_engine.types import Chunk
+
+    updates = [DocUpdate(r, [Chunk(f"{r.doc}#0", r.doc, 0, 0, 4, "text")], np.eye(4, dtype=np.float32)[:1], ["t"])
+               for r in records]
+    store.apply(updates, [], {"dim": "4", "embedder": "hash", "chunker": "chars", "size": "800", "overlap": "0",
+                              "max_tokens": "256"})
+
+
+@needs_pg
+def test_postgres_filters_in_sql_admit_exactly_what_the_glob_admits():
+    """A filter the database evaluates (documents.fields, LIKE or containment) admits the very
+    documents ``DocFilter.admits`` does, under every clearance, for globs built from the values
+    themselves (wildcards, case, LIKE's own characters) and for arbitrary text (NUL, lone
+    surrogates: no failing query)."""
+    from microrag_engine.store.base import DocFilter
+
+    records = _filter_records(random.Random(7))
+    store = _pg_store()
+    try:
+        _apply_records(store, records)
+        stored = store.documents()
+        assert len(stored) == len(records)
+
+        def mutate(value: str, data) -> str:
+            chars = list(value)
+            for _ in range(data.draw(st.integers(0, 3))):
+                if chars:
+                    k = data.draw(st.integers(0, len(chars) - 1))
+                    chars[k] = data.draw(st.sampled_from(["*", "?", chars[k].upper(), chars[k].swapcase(), "%", "_"]))
+            if data.draw(st.booleans()):
+                chars.append("*")
+            return "".join(chars)
+
+        values = [v for r in stored.values() for f in ("path", "collection", "label") for v in r.values(f)]
+        values += [v for r in stored.values() for _, v in r.meta]
+        fields = ["path", "doc", "collection", "label", "title", "TITLE", "owner", "tags", "team", "nosuch"]
+        glob = st.one_of(st.sampled_from(values), st.text(st.sampled_from("ab*?%_\\/.İi\x00\ud800 "), max_size=8))
+
+        @hsettings(max_examples=400, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+        @given(st.data())
+        def check(data):
+            pairs = lambda n: tuple((data.draw(st.sampled_from(fields)), mutate(data.draw(glob), data)) for _ in range(n))  # noqa: E731
+            where = DocFilter(pairs(data.draw(st.integers(0, 2))), pairs(data.draw(st.integers(0, 1))))
+            labels = data.draw(st.sampled_from([None, ["public"], ["restricted"], ["public", "restricted"], []]))
+            if not store.filters(where):
+                return
+            want = sorted(d for d, r in stored.items() if not r.label.startswith("_")
+                          and (labels is None or r.label in labels) and where.admits(r))
+            assert store.admitted(where, labels) == want, where
+
+        check()
+        assert not store.filters(DocFilter((("path", "guide/[ab]*"),)))  # a character class: not LIKE's to say
+    finally:
+        store.drop()
+        store.close()
+
+
+@needs_pg
+def test_postgres_engine_filters_as_a_predicate_not_a_list_of_ids(tmp_path, monkeypatch):
+    """A remote engine's filtered retrieval sends the filter, not the admitted ids, and ranks
+    as the local engine does; a glob with a character class still filters (by ids); a filter
+    nothing matches refuses with the same reason; a relabel moves the label field too."""
+    from microrag_engine.store.base import DocFilter
+
+    files = {f"guide/g{i}.md": f"---\ntitle: Guide {i}\nteam: {'core' if i % 2 else 'web'}\n---\nkiwi fruit note {i}. "
+             + "kiwi " * i for i in range(6)}
+    files.update({f"api/a{i}.md": f"---\ntitle: API {i}\n---\nkiwi fruit api {i}." for i in range(4)})
+    store = _pg_store()
+    try:
+        settings = override(SEED, keyword="bm25", top_k=4, max_per_source=1)
+        ingest_paths(store, [write(tmp_path / "docs", files)], override(SEED, keyword="bm25"))
+        eng = Engine.from_store(store, settings)
+        local = Engine.from_store(store, settings, remote=False)
+        statements: list[str] = []
+        real = store.x
+        monkeypatch.setattr(store, "x", lambda sql, params=None, read=False: (statements.append(sql), real(sql, params, read))[1])
+        for where in (DocFilter((("path", "guide/*"),), (("team", "WEB"),)), DocFilter((("title", "api ?"),)),
+                      DocFilter((("path", "guide/g[12].md"),))):
+            statements.clear()
+            got = [h.chunk.id for h in eng.retrieve("kiwi fruit", safeguards=True, where=where).hits]
+            assert got and got == [h.chunk.id for h in local.retrieve("kiwi fruit", safeguards=True, where=where).hits]
+            by_ids = any("doc = ANY(" in sql for sql in statements)
+            assert by_ids == (not store.filters(where)) and any("fields" in sql for sql in statements) != by_ids
+        nothing = eng.retrieve("kiwi fruit", safeguards=True, where=DocFilter((("team", "nobody*"),)))
+        assert nothing.refused and nothing.reason == "no indexed document matches the filter"
+        store.relabel("api/a0.md", "restricted")
+        assert store.admitted(DocFilter((("label", "Restricted"),)), None) == ["api/a0.md"]
+    finally:
+        store.drop()
+        store.close()
+
+
+@needs_pg
+def test_postgres_fields_of_an_older_index_are_filled_in_on_open():
+    """An index written before documents.fields existed (its rows at the column's default)
+    gets them from its stored records the first time it is opened, once."""
+    from microrag_engine.store.base import DocFilter
+    from microrag_engine.store.postgres import PostgresStore
+
+    records = _filter_records(random.Random(11))
+    store = _pg_store()
+    try:
+        _apply_records(store, records)
+        store.x("UPDATE documents SET fields = '{}'::jsonb")
+        store.x("DELETE FROM meta WHERE key = 'fields_version'")
+        where = DocFilter((("path", "*guide*"),))
+        assert store.admitted(where, None) == []
+        again = PostgresStore(os.environ["MICRORAG_TEST_PG"], schema=store.schema)
+        want = sorted(d for d, r in store.documents().items() if not r.label.startswith("_") and where.admits(r))
+        assert want and again.admitted(where, None) == want
+        again.close()
+    finally:
+        store.drop()
+        store.close()

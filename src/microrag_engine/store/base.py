@@ -101,6 +101,15 @@ class DocRecord:
         return [v for k, v in self.meta if k.lower() == name]
 
 
+def filter_values(record: DocRecord) -> dict[str, list[str]]:
+    """Every field a ``DocFilter`` can name, with its values, both lower-cased as ``admits``
+    compares them: what a database keeps to filter in SQL (``DocFilter.like_patterns``)."""
+    out = {name: [v.lower() for v in record.values(name)] for name in ("path", "collection", "label")}
+    for key, value in record.meta:
+        out.setdefault(key.lower(), []).append(value.lower())
+    return out
+
+
 def encode_meta(meta: tuple[tuple[str, str], ...]) -> str:
     return json.dumps(dict(meta), ensure_ascii=False, sort_keys=True)
 
@@ -162,6 +171,25 @@ class DocFilter:
 
     def fields(self) -> set[str]:
         return {name.lower() for name, _ in (*self.where, *self.exclude)}
+
+    def sql_terms(self) -> list[tuple[bool, str, str, str]] | None:
+        """The filter as ``(negated, field, "equals" | "like", value)`` terms over the lower-cased
+        values ``filter_values`` keeps, matching exactly what ``admits`` matches: a glob without
+        a wildcard is the value itself, any other an SQL ``LIKE`` pattern (escape ``\\``). None
+        when a glob holds a character class (``[...]``), which ``LIKE`` cannot say. ``doc`` is
+        ``path``."""
+        if any("[" in v for _, v in (*self.where, *self.exclude)):
+            return None
+        out = []
+        for negated, items in ((False, self.where), (True, self.exclude)):
+            for name, glob in items:
+                field, glob = ("path" if name.lower() == "doc" else name.lower()), glob.lower()
+                if "*" not in glob and "?" not in glob:
+                    out.append((negated, field, "equals", glob))
+                    continue
+                like = glob.replace("\\", "\\\\").replace("%", "\\%").replace("_", "\\_")
+                out.append((negated, field, "like", like.replace("*", "%").replace("?", "_")))
+        return out
 
 
 @dataclass
@@ -272,10 +300,22 @@ class SearchableStore(Store):
 
     @abstractmethod
     def search(self, query: str, qvec: np.ndarray, labels: list[str] | None, n: int = 100,
-               ef_search: int = 200, docs: list[str] | None = None) -> tuple[list[tuple[Chunk, float, float]], float]:
+               ef_search: int = 200, docs: list[str] | None = None,
+               where: DocFilter | None = None) -> tuple[list[tuple[Chunk, float, float]], float]:
         """``([(chunk, raw keyword score, raw cosine)], the query's keyword ceiling)`` over the
         union of both legs' top ``n`` among chunks labelled ``labels`` (all when ``None``) and,
-        when given, of documents ``docs`` only (a query-time filter; statistics stay per label)."""
+        when given, of documents ``docs`` only and those ``where`` admits (query-time filters,
+        ``where`` only one the store ``filters`` itself; statistics stay per label)."""
+
+    @abstractmethod
+    def filters(self, where: DocFilter) -> bool:
+        """Whether the store evaluates ``where`` itself (``search``'s ``where``, ``admitted``);
+        otherwise the caller sends the documents it admits (``docs``)."""
+
+    @abstractmethod
+    def admitted(self, where: DocFilter, labels: list[str] | None, limit: int | None = None) -> list[str]:
+        """The documents ``where`` admits among those labelled ``labels`` (every unreserved label
+        when ``None``, a reserved one never), in id order, at most ``limit``."""
 
     @abstractmethod
     def idf(self, terms: list[str], labels: list[str] | None) -> dict[str, float]:

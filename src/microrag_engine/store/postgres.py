@@ -17,6 +17,7 @@ This module needs the ``postgres`` extra (psycopg).
 
 from __future__ import annotations
 
+import json
 import logging
 import re
 import threading
@@ -26,6 +27,7 @@ from collections import Counter
 from collections.abc import Collection, Iterator, Mapping, Sequence
 from contextlib import AbstractContextManager, contextmanager
 from contextvars import ContextVar
+from dataclasses import replace
 from typing import TYPE_CHECKING, Any
 from weakref import WeakKeyDictionary
 
@@ -35,7 +37,18 @@ from ..errors import MicroRAGError
 from ..index.keyword import lucene_idf
 from ..text import bm25_tokens
 from ..types import Chunk
-from .base import DocRecord, DocUpdate, SearchableStore, Snapshot, StaleVersion, check_snapshot, decode_meta, encode_meta
+from .base import (
+    DocFilter,
+    DocRecord,
+    DocUpdate,
+    SearchableStore,
+    Snapshot,
+    StaleVersion,
+    check_snapshot,
+    decode_meta,
+    encode_meta,
+    filter_values,
+)
 
 if TYPE_CHECKING:
     from psycopg_pool import ConnectionPool
@@ -46,6 +59,7 @@ REWEIGHT_DRIFT = 0.10
 # chunks holding rare terms first and stops there when that is provably exact (``_keyword_top``).
 RARE_SHARE = 0.01
 PG_FORMAT = 2  # 2: keyword statistics per label (format 1, global, is migrated on open)
+FIELDS_VERSION = "1"  # documents.fields as filter_values writes them (filled in on open when older)
 
 
 # The WAL position a read must see, for the caller being served (``reading_after``).
@@ -106,6 +120,16 @@ def _pool(uri: str, schema: str, size: int, role: str = "PostgreSQL") -> Connect
     return ConnectionPool(uri, min_size=1, max_size=size, kwargs={"autocommit": True, "application_name": "microrag"},
                           configure=configure, check=ConnectionPool.check_connection if role != "PostgreSQL" else None,
                           open=True, name=f"microrag-{schema}")
+
+
+def _storable(text: str) -> bool:
+    """Whether PostgreSQL can hold ``text`` (no NUL, no lone surrogate): a filter value that it
+    cannot hold matches no stored one, and must not reach the server as a failing query."""
+    try:
+        text.encode("utf-8")
+    except UnicodeEncodeError:
+        return False
+    return "\x00" not in text
 
 
 def term_id(term: str) -> int:
@@ -182,6 +206,7 @@ class PostgresStore(SearchableStore):
             origin TEXT NOT NULL, ingested_at TEXT NOT NULL, n_chunks INTEGER NOT NULL)""")
         self._add_column("documents", "collection", "TEXT NOT NULL DEFAULT ''")
         self._add_column("documents", "meta", "TEXT NOT NULL DEFAULT '{}'")
+        self._set_up_fields()
         version = int(self.meta().get("format_version") or PG_FORMAT)
         if version not in (1, PG_FORMAT):
             raise MicroRAGError(f"schema {schema} has index format {version}; this microrag reads {PG_FORMAT}")
@@ -189,6 +214,23 @@ class PostgresStore(SearchableStore):
         if dim:
             self._create_chunks(int(dim))
         self._create_statistics(migrate=version < PG_FORMAT)
+
+    def _set_up_fields(self) -> None:
+        """Each document's filterable fields as JSONB (``filter_values``), so a query's filter is
+        an SQL predicate (``_filter_sql``) and never a list of admitted ids sent with each query;
+        a GIN index serves the globs without a wildcard (containment). Rows written before the
+        column existed are filled in once, from their stored fields."""
+        self._add_column("documents", "fields", "JSONB NOT NULL DEFAULT '{}'")
+        self.x("CREATE INDEX IF NOT EXISTS documents_fields ON documents USING gin (fields jsonb_path_ops)")
+        if self.meta().get("fields_version") == FIELDS_VERSION:
+            return
+        with self.transaction():
+            self.x("LOCK TABLE meta IN EXCLUSIVE MODE")  # one process fills them in; the rest find it done
+            if self.meta().get("fields_version") != FIELDS_VERSION:
+                rows = [(json.dumps(filter_values(r), ensure_ascii=False), r.doc) for r in self.documents().values()]
+                self._many("UPDATE documents SET fields = %s::jsonb WHERE doc = %s", rows)
+                self.x("INSERT INTO meta VALUES ('fields_version', %s) ON CONFLICT (key) DO UPDATE SET value = EXCLUDED.value",
+                       (FIELDS_VERSION,))
 
     # ------------------------------------------------------------ connections
 
@@ -416,11 +458,12 @@ class PostgresStore(SearchableStore):
             weighted_with = float(self.meta().get("avgdl") or 0) or avgdl
             with self._local.conn.cursor() as cur:
                 for u in updates:
-                    r = u.record
+                    # Fields as the record reads back (one value per key as written, as ``encode_meta`` keeps it).
+                    r = replace(u.record, meta=decode_meta(encode_meta(u.record.meta)))
                     cur.execute("INSERT INTO documents (doc, content_hash, label, principal, origin, ingested_at, n_chunks, "
-                                "collection, meta) VALUES (%s,%s,%s,%s,%s,%s,%s,%s,%s)",
+                                "collection, meta, fields) VALUES (%s,%s,%s,%s,%s,%s,%s,%s,%s,%s::jsonb)",
                                 (r.doc, r.content_hash, r.label, r.principal, r.origin, r.ingested_at, len(u.chunks),
-                                 r.collection, encode_meta(r.meta)))
+                                 r.collection, encode_meta(r.meta), json.dumps(filter_values(r), ensure_ascii=False)))
                 hashes = [h for u in updates for h in u.text_hashes]
                 vectors = [v for u in updates for v in u.vectors]
                 rows = [(c.id, c.doc, c.index, c.start, c.end, c.text, h, u.record.label, c.page, vector_literal(v),
@@ -487,8 +530,40 @@ class PostgresStore(SearchableStore):
 
     # ------------------------------------------------------------ server-side search
 
+    def filters(self, where: DocFilter) -> bool:
+        return where.sql_terms() is not None
+
+    def _filter_sql(self, where: DocFilter) -> tuple[str, list[Any]]:
+        """``where`` as a predicate on ``documents``: a glob without a wildcard by containment
+        (served by the GIN index), any other by ``LIKE`` over the field's values."""
+        terms = where.sql_terms()
+        if terms is None:
+            raise ValueError("a character class ([...]) is no SQL filter: send the admitted documents instead")
+        sql, args = [], []
+        for negated, field, how, value in terms:
+            if not _storable(value) or not _storable(field):  # no stored field or value holds it
+                sql.append("true" if negated else "false")
+            elif how == "equals":
+                sql.append(("NOT " if negated else "") + "fields @> %s::jsonb")
+                args.append(json.dumps({field: [value]}, ensure_ascii=False))
+            else:
+                sql.append(("NOT " if negated else "") + "EXISTS (SELECT 1 FROM jsonb_array_elements_text("
+                           "coalesce(fields -> %s, '[]'::jsonb)) v WHERE v LIKE %s ESCAPE '\\')")
+                args += [field, value]
+        return " AND ".join(sql) or "true", args
+
+    def admitted(self, where: DocFilter, labels: list[str] | None, limit: int | None = None) -> list[str]:
+        """The documents ``where`` admits among those labelled ``labels`` (every unreserved
+        label when ``None``), by the database, in id order (at most ``limit``)."""
+        pred, args = self._filter_sql(where)
+        rows = self.x(f"SELECT doc FROM documents WHERE left(label, 1) <> '_' AND (%s::text[] IS NULL OR label = ANY(%s::text[])) "
+                      f"AND {pred} ORDER BY doc" + (" LIMIT %s" if limit is not None else ""),
+                      (labels, labels, *args, *([limit] if limit is not None else [])), read=True)
+        return [r[0] for r in rows]
+
     def search(self, query: str, qvec: np.ndarray, labels: list[str] | None, n: int = 100,
-               ef_search: int = 200, docs: list[str] | None = None) -> tuple[list[tuple[Chunk, float, float]], float]:
+               ef_search: int = 200, docs: list[str] | None = None,
+               where: DocFilter | None = None) -> tuple[list[tuple[Chunk, float, float]], float]:
         """Candidates for ``query``: the union of the BM25 and the HNSW top-``n``
         (only chunks whose label is in ``labels``), each with BOTH raw leg scores.
         IDF and the chunk count come from the same labels only; document lengths are
@@ -503,7 +578,10 @@ class PostgresStore(SearchableStore):
         label_sql, label_args = ("AND label = ANY(%s)", [labels]) if labels is not None else ("", [])
         # the filter narrows candidates only: IDF and the ceiling stay those of the caller's labels
         doc_sql, doc_args = ("AND doc = ANY(%s)", [docs]) if docs is not None else ("", [])
-        where = (f"{label_sql} {doc_sql}", [*label_args, *doc_args])
+        if where:
+            pred, pred_args = self._filter_sql(where)
+            doc_sql, doc_args = f"{doc_sql} AND doc IN (SELECT doc FROM documents WHERE {pred})", [*doc_args, *pred_args]
+        narrowed = (f"{label_sql} {doc_sql}", [*label_args, *doc_args])
         with self.transaction(read=True):
             # One snapshot for every statement below: the statistics and the chunks come from the
             # same committed ingest, never half of one (READ COMMITTED would re-read per statement).
@@ -519,10 +597,10 @@ class PostgresStore(SearchableStore):
             q_sparse = sparse_literal(weights)
             qv = vector_literal(qvec)
             ids = [r[0] for r in self.x(
-                f"SELECT id FROM chunks WHERE embedding IS NOT NULL {where[0]} ORDER BY embedding <=> %s::vector LIMIT %s",
-                (*where[1], qv, n))]
+                f"SELECT id FROM chunks WHERE embedding IS NOT NULL {narrowed[0]} ORDER BY embedding <=> %s::vector LIMIT %s",
+                (*narrowed[1], qv, n))]
             if dfs:
-                ids += self._keyword_top(dfs, weights, n_chunks, q_sparse, where, n)
+                ids += self._keyword_top(dfs, weights, n_chunks, q_sparse, narrowed, n)
             rows = self.x('SELECT id, doc, idx, start, "end", text, page, -(bm25 <#> %s::sparsevec), '
                           "1 - (embedding <=> %s::vector) FROM chunks WHERE id = ANY(%s) ORDER BY doc, idx",
                           (q_sparse, qv, list(dict.fromkeys(ids))))
@@ -571,7 +649,8 @@ class PostgresStore(SearchableStore):
     def relabel(self, doc: str, label: str, version: str | None = None) -> int:
         with self.transaction():
             self.x("LOCK TABLE meta IN EXCLUSIVE MODE")  # (after it: the version read below is the latest)
-            rows = self.x("UPDATE documents SET label = %s WHERE doc = %s RETURNING content_hash", (label, doc))
+            rows = self.x("UPDATE documents SET label = %s, fields = jsonb_set(fields, '{label}', %s::jsonb) WHERE doc = %s "
+                          "RETURNING content_hash", (label, json.dumps([label.lower()], ensure_ascii=False), doc))
             if not rows:
                 raise MicroRAGError(f"no such document {doc!r}")
             if version is not None and rows[0][0] != version:
