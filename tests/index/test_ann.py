@@ -400,3 +400,43 @@ def test_readers_search_while_a_writer_adds_to_the_same_graphs(labelled):
             t.join()
     assert not errors, errors[0]
     assert recall(x, queries, current[0], None) >= 0.98
+
+
+def test_the_keyword_first_pass_from_rare_terms_ranks_as_scoring_every_chunk(monkeypatch):
+    """Above the ANN threshold the keyword leg's first pass comes from ``BM25Scorer.top`` (the
+    rare terms' postings first) and its candidates' scores from ``scores_at``: every answer,
+    for every clearance and filter, scores as the one from scoring every chunk (chunks tied
+    at the first pass's edge may stand in for each other)."""
+    from microrag_engine.index.keyword import BM25Scorer
+
+    monkeypatch.setattr(HNSW, "exact_max", 300)
+    rng = random.Random(3)
+    vocab = [f"w{i}" for i in range(80)]
+    zipf = [1 / (i + 1) for i in range(80)]  # rare words, as real text has: the rare-term path can stop
+    chunks = [Chunk(f"d{i // 3}.md#{i % 3}", f"d{i // 3}.md", i % 3, 0, 0, " ".join(rng.choices(vocab, zipf, k=12)))
+              for i in range(3000)]
+    settings = override(preset("default"), keyword="bm25", embedder="hash", ann_threshold=1000, top_k=8, first_pass=20)
+    index = build_index(chunks, "bm25", "hash")
+    labels = ["internal" if i % 4 == 0 else "public" for i in range(len(chunks))]
+    index.ann = _maybe_ann(index.vectors, settings, labels=labels)
+    engine = Engine(settings, index, labels=labels)
+    queries = [" ".join(rng.choices(vocab, k=rng.randint(1, 5))) for _ in range(40)]
+    narrowed = np.array([rng.random() < 0.3 for _ in chunks])  # a query-time filter's chunks
+    calls: list[bool] = []
+    real = BM25Scorer.top
+    monkeypatch.setattr(BM25Scorer, "top", lambda self, *a: (lambda r: (calls.append(r is not None), r)[1])(real(self, *a)))
+
+    def run() -> list:
+        out = []
+        for q in queries:
+            for lab in (None, ["public"]):
+                r = engine.retrieve(q, labels=lab)
+                out.append((r.refused, [round(h.hybrid, 12) for h in r.hits]))
+            r = retrieve(index, q, settings, allowed=narrowed)
+            out.append((r.refused, [round(h.hybrid, 12) for h in r.hits]))
+        return out
+
+    pruned = run()
+    assert len(calls) == 3 * len(queries) and sum(calls) > len(calls) // 2  # the rare-term path answered most
+    monkeypatch.setattr(BM25Scorer, "top", lambda self, *a: None)  # score every chunk
+    assert run() == pruned

@@ -134,3 +134,78 @@ def test_holds_says_whether_a_readable_chunk_has_the_term():
     view = scorer.masked(np.array([True, False]))
     assert not view.holds(bm25_tokens("splitroot")[0])  # only in a chunk the view cannot read
     assert view.holds(bm25_tokens("splitdrive")[0])
+
+
+# ---------------------------------------------------------------- the top n without scoring every chunk (#35)
+
+ZIPF = [f"w{i}" for i in range(60)]
+
+
+def _dense_top(scorer: BM25Scorer, query: str, n: int, allowed, visible=None) -> np.ndarray:
+    """The scores of the dense top ``n`` (positive, allowed), sorted: what ``top`` must match."""
+    full = np.zeros(len(scorer.dl))
+    got = scorer.scores(query)
+    full[np.arange(len(full)) if visible is None else np.flatnonzero(visible)] = got
+    ok = full > 0 if allowed is None else (full > 0) & allowed
+    return np.sort(full[ok])[::-1][:n]
+
+
+@settings(max_examples=150, deadline=None)
+@given(data=st.data())
+def test_top_finds_the_dense_top_n_and_scores_at_equals_scores(data):
+    """Zipf-like corpora, written to (chunks placed among others: out-of-order postings),
+    masked to a clearance and filtered: ``top`` returns the n best positive scores exactly
+    (ties may pick either chunk) or None, never a hidden or filtered-out chunk; ``scores_at``
+    equals ``scores`` at any positions. Forcing a small rare budget exercises the stop."""
+    import microrag_engine.index.keyword as keyword
+
+    rng = np.random.default_rng(data.draw(st.integers(0, 2**31)))
+    p = 1 / np.arange(1, len(ZIPF) + 1)
+    p /= p.sum()
+    texts = [" ".join(rng.choice(ZIPF, size=rng.integers(0, 30), p=p)) for _ in range(data.draw(st.integers(1, 120)))]
+    scorer = BM25Scorer(0.9, 0.4).fit(texts)
+    if data.draw(st.booleans()):
+        new = [" ".join(rng.choice(ZIPF, size=rng.integers(1, 20), p=p)) for _ in range(rng.integers(1, 20))]
+        keep = rng.random(len(texts)) < 0.8
+        total = int(keep.sum()) + len(new)
+        scorer = scorer.updated(keep, new, at=np.sort(rng.choice(total, size=len(new), replace=False)))
+    visible = (rng.random(len(scorer.dl)) < 0.7) if data.draw(st.booleans()) else None
+    view = scorer.masked(visible) if visible is not None and visible.any() else scorer
+    visible = view.visible
+    allowed = (rng.random(len(scorer.dl)) < 0.6) if data.draw(st.booleans()) else None
+    query = " ".join(data.draw(st.lists(st.sampled_from(ZIPF + ["unseen"]), max_size=6)))
+    n = data.draw(st.integers(1, 15))
+    budget = data.draw(st.sampled_from([keyword.RARE_BUDGET, 0.05, 1.0]))
+    try:
+        keyword.RARE_BUDGET = budget
+        found = view.top(query, n, allowed)
+    finally:
+        keyword.RARE_BUDGET = 0.2
+    at = np.flatnonzero(visible) if visible is not None else np.arange(len(scorer.dl))
+    want_all = view.scores(query)
+    assert np.array_equal(view.scores_at(query, at[::-1]), want_all[::-1])
+    if found is None:
+        return
+    assert len(set(found.tolist())) == len(found)
+    if visible is not None:
+        assert visible[found].all()
+    if allowed is not None:
+        assert allowed[found].all()
+    got = np.sort(view.scores_at(query, found))[::-1]
+    assert np.array_equal(got, _dense_top(view, query, n, allowed, visible))
+
+
+def test_top_stops_on_the_rare_terms_when_they_prove_the_top_n():
+    """A rare term that enough chunks hold, with common words: the n best are found from the
+    rare term's postings (the common terms are read only at those chunks) and equal the dense top."""
+    texts = [f"kiwi {'common ' * (i % 5)}words here" if i % 40 == 0 else f"common words here filler{i % 7}" for i in range(4000)]
+    scorer = BM25Scorer(0.9, 0.4).fit(texts)
+    scored: list[int] = []
+    real = scorer._score_ordered
+    scorer._score_ordered = lambda terms, at: (scored.append(len(at)), real(terms, at))[1]  # type: ignore[method-assign]
+    found = scorer.top("kiwi common words", 50)
+    assert found is not None and len(found) == 50
+    assert scored == [100]  # kiwi's 100 chunks were scored, not the 4000 holding a common word
+    assert np.array_equal(np.sort(scorer.scores_at("kiwi common words", found))[::-1],
+                          _dense_top(scorer, "kiwi common words", 50, None))
+    assert all(texts[i].startswith("kiwi") for i in found)

@@ -35,6 +35,17 @@ class KeywordScorer(Protocol):
 
     def scores(self, query: str) -> np.ndarray: ...
 
+    def top(self, query: str, n: int, allowed: np.ndarray | None = None) -> np.ndarray | None:
+        """Index positions of the ``n`` best positive scores among ``allowed`` (unordered),
+        found without scoring every chunk, or None when the scorer cannot show them so (the
+        caller then scores every chunk)."""
+        ...
+
+    def scores_at(self, query: str, at: np.ndarray) -> np.ndarray:
+        """The scores of the chunks at index positions ``at`` (visible to this scorer), as
+        ``scores`` gives them."""
+        ...
+
     def ceiling(self, query: str) -> float: ...
 
     def coverage(self, query: str, raw_best: float) -> float: ...
@@ -78,6 +89,12 @@ class TfidfScorer:
 
     def coverage(self, query: str, raw_best: float) -> float:
         return 0.0
+
+    def top(self, query: str, n: int, allowed: np.ndarray | None = None) -> np.ndarray | None:
+        return None  # a cosine has no per-term bound to stop on: every chunk is scored
+
+    def scores_at(self, query: str, at: np.ndarray) -> np.ndarray:
+        return self.scores(query)[at]
 
     def scores(self, query: str) -> np.ndarray:
         q = np.zeros(len(self.vocab))
@@ -125,6 +142,8 @@ class BM25Scorer:
         self._vocab_source: Callable[[], dict[str, int]] | None = None
         self._df: dict[int, int] = {}  # a masked view's df per term id, counted on first use
         self._norm: np.ndarray | None = None  # k1 * (1 - b + b * dl / avgdl) per chunk, made on first use
+        # Per term id: its postings in chunk order, and the most its weight can be (``top``), made on first use.
+        self._ordered: dict[int, tuple[np.ndarray, np.ndarray, float]] = {}
 
     def fit(self, texts: Sequence[str]) -> BM25Scorer:
         return BM25Scorer(self.k1, self.b).updated(None, texts)
@@ -283,6 +302,108 @@ class BM25Scorer:
             # made for repeated indices, was a third of a 100k query here).
             out[idx] += w.astype(np.float32)
         return (out if self.visible is None else out[self.visible]).astype(np.float64)
+
+    def _query_terms(self, query: str) -> list[tuple[int, int, float]]:
+        """(term id, df, float32 IDF) of each query token that a counted chunk holds, in query order."""
+        out = []
+        for t in bm25_tokens(query):
+            i = self.vocab.get(t)
+            df = self._doc_freq(i) if i is not None else 0
+            if i is not None and df:
+                out.append((i, df, float(np.float32(lucene_idf(df, self.n)))))
+        return out
+
+    def _ordered_postings(self, i: int) -> tuple[np.ndarray, np.ndarray, float]:
+        """Term ``i``'s postings in chunk order (chunk numbers, tf) and the most its saturated
+        weight ``tf / (tf + norm)`` reaches over them. ``updated`` appends a chunk's postings at
+        the end of their terms' blocks, so a block into which chunks were inserted is out of
+        order: sorted here, once per term and scorer."""
+        found = self._ordered.get(i)
+        if found is None:  # threads may both make it: the same arrays
+            lo, hi = int(self.indptr[i]), int(self.indptr[i + 1])
+            idx, tf = self.indices[lo:hi], self.tf[lo:hi]
+            if idx.size > 1 and not bool(np.all(idx[1:] > idx[:-1])):
+                order = np.argsort(idx, kind="stable")
+                idx, tf = idx[order], tf[order]
+            tf64 = tf.astype(np.float64)
+            most = float((tf64 / (self._norms()[idx] + tf64)).max()) if idx.size else 0.0
+            if len(self._ordered) >= 10_000:  # query terms of one engine's lifetime; bounded anyway
+                self._ordered.clear()
+            found = self._ordered[i] = (idx, tf, most)
+        return found
+
+    def _score_ordered(self, terms: list[tuple[int, int, float]], at: np.ndarray) -> np.ndarray:
+        """Scores at the sorted, distinct chunk numbers ``at``: each term found by binary search
+        in its ordered postings, then weighed and summed exactly as ``scores`` does (float64
+        per posting, rounded to float32 per term, summed in float32 in query order)."""
+        out = np.zeros(len(at), dtype=np.float32)
+        if not len(at):
+            return out
+        norm = self._norms()
+        for i, _, idf in terms:
+            idx, tf, _ = self._ordered_postings(i)
+            if not idx.size:
+                continue
+            pos = np.minimum(np.searchsorted(idx, at), idx.size - 1)
+            hit = idx[pos] == at
+            t = tf[pos[hit]].astype(np.float64)
+            w = t / (norm[at[hit]] + t)
+            w *= np.float32(idf)
+            out[hit] += w.astype(np.float32)
+        return out
+
+    def scores_at(self, query: str, at: np.ndarray) -> np.ndarray:
+        if self.n == 0 or not len(at):
+            return np.zeros(len(at))
+        at = np.asarray(at, dtype=np.int64)
+        order = np.argsort(at, kind="stable")
+        out = np.zeros(len(at))
+        out[order] = self._score_ordered(self._query_terms(query), at[order])
+        return out
+
+    def top(self, query: str, n: int, allowed: np.ndarray | None = None) -> np.ndarray | None:
+        """The ``n`` best (MaxScore, as Lucene and PISA prune): score only the chunks holding a
+        query term rare enough, with every term, and stop once the ``n``-th of those scores
+        reaches what a chunk holding only the other terms could score at most (the sum of
+        their IDFs times their largest saturated weight). Until it does, the next rarest term
+        joins the rare ones; past ``RARE_BUDGET`` of the chunks, None. A chunk this scorer does
+        not count (a masked view's hidden ones) is never among them."""
+        if self.n == 0:
+            return np.zeros(0, dtype=np.int64)
+        terms = self._query_terms(query)
+        if not terms:
+            return np.zeros(0, dtype=np.int64)
+        distinct = sorted({i: df for i, df, _ in terms}.items(), key=lambda p: p[1])
+        budget = RARE_BUDGET * len(self.dl)
+        postings, rare = 0, 0
+        while rare < len(distinct) and (rare == 0 or postings + distinct[rare][1] <= budget):
+            postings += distinct[rare][1]
+            rare += 1
+        while True:
+            rare_ids = {i for i, _ in distinct[:rare]}
+            if postings > budget:
+                return None
+            cand = np.unique(np.concatenate([self._ordered_postings(i)[0] for i in rare_ids]))
+            if self.visible is not None:
+                cand = cand[self.visible[cand]]
+            if allowed is not None:
+                cand = cand[allowed[cand]]
+            got = self._score_ordered(terms, cand)
+            cand, got = cand[got > 0], got[got > 0]
+            best = cand if cand.size <= n else cand[np.argpartition(-got, n - 1)[:n]]
+            if rare == len(distinct):
+                return best.astype(np.int64)  # every term read: exact
+            # Most a chunk without any rare term can score (float32 sums: a small margin).
+            bound = sum(idf * self._ordered_postings(i)[2] for i, _, idf in terms if i not in rare_ids)
+            if cand.size >= n and float(np.partition(got, cand.size - n)[cand.size - n]) >= bound * (1 + 1e-5) + 1e-6:
+                return best.astype(np.int64)
+            postings += distinct[rare][1]
+            rare += 1
+
+
+# ``top``: the rare terms' postings are read first while they hold at most this share of the
+# chunks (a bigger share: every chunk is scored, ``scores``, which then costs about the same).
+RARE_BUDGET = 0.2
 
 
 def _postings(tokenised: Iterable[list[str]], vocab: dict[str, int]) -> tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray]:

@@ -85,26 +85,29 @@ def retrieve(
     """
     if not query.strip():
         return Retrieval(query, [], refused=True, reason="the query is empty")
-    cand = None if allowed is None else np.flatnonzero(allowed)  # (no arange of every chunk per query)
-    if (len(index.chunks) if cand is None else cand.size) == 0:
+    if not len(index.chunks) or (allowed is not None and not allowed.any()):
         return Retrieval(query, [], refused=safeguards, reason="no chunks are visible to this caller" if safeguards else "")
-    if scoped is not None:
-        kw_full = np.zeros(len(index.chunks))
-        kw_full[cand if scoped_on is None else np.flatnonzero(scoped_on)] = scoped.scores(query)
-        ceiling = _ceiling(scoped, query)
-    else:
-        kw_full, ceiling = None, keyword_ceiling(index, query)
+    keyword = scoped if scoped is not None else index.keyword
+    ceiling = _ceiling(keyword, query)
     if index.ann is not None:
         # Large index: union of each leg's first pass, then exact scores for those only. The dense
-        # one searches only the label partitions ``allowed`` covers (index/ann.py).
+        # one searches only the label partitions ``allowed`` covers (index/ann.py); the keyword one
+        # reads the rare terms' postings first (``KeywordScorer.top``): no pass over every chunk.
         q = index.query_vector(query)
-        kw_all = index.kw_scores(query) if kw_full is None else kw_full
-        first = np.union1d(top_n(kw_all, settings.first_pass, allowed), index.ann.top(q, settings.first_pass, allowed))
-        first = first.astype(np.int64)
+        found = keyword.top(query, settings.first_pass, allowed) if keyword is not None else np.zeros(0, dtype=np.int64)
+        kw_all = _keyword_scores(index, query, scoped, scoped_on, allowed) if found is None else np.zeros(0)
+        kw_top = top_n(kw_all, settings.first_pass, allowed) if found is None else found
+        first = np.union1d(kw_top, index.ann.top(q, settings.first_pass, allowed)).astype(np.int64)
         if allowed is not None:
             first = first[allowed[first]]  # belt and braces: the partitions already filtered
-        return rank_candidates(query, [index.chunks[i] for i in first], kw_all[first], index.vectors[first] @ q,
+        if found is None:
+            kw_first = kw_all[first]
+        else:
+            kw_first = keyword.scores_at(query, first) if keyword is not None else np.zeros(len(first))
+        return rank_candidates(query, [index.chunks[i] for i in first], kw_first, index.vectors[first] @ q,
                                settings, safeguards, ceiling, None if penalty is None else penalty[first], named)
+    cand = None if allowed is None else np.flatnonzero(allowed)  # (no arange of every chunk per query)
+    kw_full = _keyword_scores(index, query, scoped, scoped_on, allowed) if scoped is not None else None
     if allowed is None:  # no filter: skip copying every chunk and score array
         return rank_candidates(query, index.chunks, index.kw_scores(query), index.em_scores(query), settings,
                                safeguards, ceiling, penalty, named)
@@ -113,6 +116,17 @@ def retrieve(
     kw = index.kw_scores(query)[cand] if kw_full is None else kw_full[cand]
     return rank_candidates(query, chunks, kw, index.em_scores(query)[cand], settings, safeguards, ceiling,
                            None if penalty is None else penalty[cand], named)
+
+
+def _keyword_scores(index: Index, query: str, scoped, scoped_on: np.ndarray | None,
+                    allowed: np.ndarray | None) -> np.ndarray:
+    """Every chunk's keyword score (0 for those ``scoped``, a clearance's scorer, does not count)."""
+    if scoped is None:
+        return index.kw_scores(query)
+    out = np.zeros(len(index.chunks))
+    on = scoped_on if scoped_on is not None else allowed
+    out[np.arange(len(index.chunks)) if on is None else np.flatnonzero(on)] = scoped.scores(query)
+    return out
 
 
 def keyword_ceiling(index: Index, query: str) -> float:
