@@ -407,9 +407,11 @@ def test_the_keyword_first_pass_from_rare_terms_ranks_as_scoring_every_chunk(mon
     rare terms' postings first) and its candidates' scores from ``scores_at``: every answer,
     for every clearance and filter, scores as the one from scoring every chunk (chunks tied
     at the first pass's edge may stand in for each other)."""
+    from microrag_engine.index import keyword
     from microrag_engine.index.keyword import BM25Scorer
 
     monkeypatch.setattr(HNSW, "exact_max", 300)
+    monkeypatch.setattr(keyword, "RARE_BUDGET", 0.2)  # a small corpus: let the rare terms' postings be read
     rng = random.Random(3)
     vocab = [f"w{i}" for i in range(80)]
     zipf = [1 / (i + 1) for i in range(80)]  # rare words, as real text has: the rare-term path can stop

@@ -366,44 +366,45 @@ class BM25Scorer:
         query term rare enough, with every term, and stop once the ``n``-th of those scores
         reaches what a chunk holding only the other terms could score at most (the sum of
         their IDFs times their largest saturated weight). Until it does, the next rarest term
-        joins the rare ones; past ``RARE_BUDGET`` of the chunks, None. A chunk this scorer does
-        not count (a masked view's hidden ones) is never among them."""
+        joins the rare ones; once their postings would pass ``RARE_BUDGET`` of the chunks,
+        None (scoring every chunk costs about as much). A chunk this scorer does not count (a
+        masked view's hidden ones) or ``allowed`` leaves out is never among them."""
         if self.n == 0:
             return np.zeros(0, dtype=np.int64)
         terms = self._query_terms(query)
         if not terms:
             return np.zeros(0, dtype=np.int64)
         distinct = sorted({i: df for i, df, _ in terms}.items(), key=lambda p: p[1])
-        budget = RARE_BUDGET * len(self.dl)
-        postings, rare = 0, 0
-        while rare < len(distinct) and (rare == 0 or postings + distinct[rare][1] <= budget):
-            postings += distinct[rare][1]
-            rare += 1
-        while True:
-            rare_ids = {i for i, _ in distinct[:rare]}
-            if postings > budget:
+        budget, read = RARE_BUDGET * len(self.dl), 0
+        pieces: list[np.ndarray] = []
+        for rare, (i, _) in enumerate(distinct, start=1):
+            read += int(self.indptr[i + 1] - self.indptr[i])
+            if read > budget:
                 return None
-            cand = np.unique(np.concatenate([self._ordered_postings(i)[0] for i in rare_ids]))
-            if self.visible is not None:
-                cand = cand[self.visible[cand]]
+            idx = self._ordered_postings(i)[0]
+            keep = None if self.visible is None else self.visible[idx]
             if allowed is not None:
-                cand = cand[allowed[cand]]
+                keep = allowed[idx] if keep is None else keep & allowed[idx]
+            pieces.append(idx if keep is None else idx[keep])
+            if rare < len(distinct) and sum(len(p) for p in pieces) < n:
+                continue  # fewer than n candidates: the next rarest term must join anyway
+            cand = np.unique(np.concatenate(pieces))
             got = self._score_ordered(terms, cand)
             cand, got = cand[got > 0], got[got > 0]
             best = cand if cand.size <= n else cand[np.argpartition(-got, n - 1)[:n]]
             if rare == len(distinct):
                 return best.astype(np.int64)  # every term read: exact
             # Most a chunk without any rare term can score (float32 sums: a small margin).
-            bound = sum(idf * self._ordered_postings(i)[2] for i, _, idf in terms if i not in rare_ids)
+            rare_ids = {j for j, _ in distinct[:rare]}
+            bound = sum(idf * self._ordered_postings(j)[2] for j, _, idf in terms if j not in rare_ids)
             if cand.size >= n and float(np.partition(got, cand.size - n)[cand.size - n]) >= bound * (1 + 1e-5) + 1e-6:
                 return best.astype(np.int64)
-            postings += distinct[rare][1]
-            rare += 1
+        return None  # (not reached: the last term returns above)
 
 
-# ``top``: the rare terms' postings are read first while they hold at most this share of the
-# chunks (a bigger share: every chunk is scored, ``scores``, which then costs about the same).
-RARE_BUDGET = 0.2
+# ``top``: the rare terms' postings are read first while they number at most this share of the
+# chunks; past it every chunk is scored (``scores``), which then costs about as much.
+RARE_BUDGET = 0.05
 
 
 def _postings(tokenised: Iterable[list[str]], vocab: dict[str, int]) -> tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray]:
