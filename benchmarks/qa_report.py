@@ -55,8 +55,7 @@ GATE = {"min_em": [0.30, 0.34, 0.38], "min_kwcov": [0.40, 0.46]}
 GRID = {"min_support": [0.0, 0.25, 0.3, 0.35, 0.4, 0.45],
         "max_missing": [0.1, 0.2, 0.3, 0.4, 0.5, 1.0],
         "rescue_sem": [0.0, 0.5, 0.55, 0.6, 0.65, 0.7]}
-FALSE_COST = 2.0  # a false refusal (an answerable question refused) costs this many missed refusals
-GOAL_FALSE_REFUSALS = 0.05  # the issue's goal, drawn on the plot
+GOAL_FALSE_REFUSALS = 0.05  # the issue's goal: the most false refusals (answerable questions refused) a set may have
 SETS = {"handbook": "dev", "python-docs": "dev", "flask": "dev", "git": "dev", "django": "dev", "rust-book": "dev",
         "apache2": "dev", "cryptography": "dev", "postgresql": "test", "sqlite": "outside"}
 ZOO = ("flask", "git", "django", "rust-book", "apache2", "cryptography", "postgresql", "sqlite")
@@ -133,15 +132,26 @@ def sweep(signals: dict[str, list], answerable: dict[str, np.ndarray], gate: dic
 
 def choose(rows: list[dict], names: list[str], gate: tuple[float, float]) -> dict:
     """The answerer's thresholds at the shipped gate (calibrated for off-topic questions in
-    gate.md, and what ``retrieve``/``rank`` refuse): the most unanswerable questions refused,
-    a false refusal costing twice a missed one (mean over the sets)."""
+    gate.md, and what ``retrieve``/``rank`` refuse with): of the grid points that refuse at
+    most ``GOAL_FALSE_REFUSALS`` of the answerable questions on every public-docs dev set
+    (the issue's goal, asked of each set; the bundled handbook's false refusals are its
+    gate's, 0.18 at every answerer setting, so it is not held to it), the one that refuses
+    the most unanswerable questions (mean over the dev sets); ties: the gentler. When no
+    point keeps to the goal, the one with the fewest false refusals on its worst set."""
     at_gate = [r for r in rows if (r["min_em"], r["min_kwcov"]) == gate]
+    held = [n for n in names if n != "handbook"] or names
+
+    def worst(r: dict) -> float:
+        return max(r[f"{n} false"] for n in held)
 
     def utility(r: dict) -> tuple:
-        value = np.mean([r[f"{n} refused"] for n in names]) - FALSE_COST * np.mean([r[f"{n} false"] for n in names])
+        value = np.mean([r[f"{n} refused"] for n in names])
         return round(float(value), 4), -r["min_support"], r["max_missing"], -r["rescue_sem"]  # ties: gentler
 
-    return max(at_gate, key=utility)
+    within = [r for r in at_gate if worst(r) <= GOAL_FALSE_REFUSALS + 1e-9]
+    if not within:
+        return min(at_gate, key=lambda r: (round(worst(r), 4), tuple(-v for v in utility(r))))
+    return max(within, key=utility)
 
 
 def plot(rows: list[dict], names: list[str], chosen: dict) -> str | None:
@@ -238,8 +248,10 @@ def main() -> int:
               "`answer_min_support`. The grounding gate (`min_em`, `min_kwcov`) is swept with it to show what "
               "loosening it would buy; the shipped gate stays as calibrated for off-topic questions "
               "([gate.md](gate.md)), since `retrieve` and `rank` refuse with it alone. Chosen at that gate: the most "
-              f"unanswerable questions refused, a false refusal costing {FALSE_COST:g} missed ones (mean over the "
-              f"sets). `off-topic refused`: the {len(ood)} out-of-domain questions of gate.md asked of each corpus. "
+              "unanswerable questions refused (mean over the sets) among the settings that refuse at most "
+              f"{GOAL_FALSE_REFUSALS:.0%} of the answerable questions on every public-docs set (the issue's goal; the "
+              "handbook's false refusals are its gate's). "
+              f"`off-topic refused`: the {len(ood)} out-of-domain questions of gate.md asked of each corpus. "
               "Rows: the Pareto front of the grid, and the chosen row.", "",
               "| min_em | min_kwcov | min_support | max_missing | rescue_sem | "
               + " | ".join(f"{n} refused | {n} false | off-topic refused" for n in dev) + " |",

@@ -91,9 +91,9 @@ class Settings:
     rerank_model: str = ""  # a cross-encoder folder with a 'relevant' label (none ships: training/RERANKER.md)
     w_rerank: float = 0.5  # blend of the reranker's score with the fused score
     # step 5 - extractive answers: answerability (calibrated on the QA dev sets: benchmarks/results/qa.md)
-    answer_min_support: float = 0.35  # refuse when no passage's support (keyword share + cosine) / 2 reaches this
-    answer_max_missing: float = 0.4  # ...or when more of the query's term weight than this is absent from
-    answer_rescue_sem: float = 0.7  # every retrieved chunk and no passage's cosine reaches answer_rescue_sem
+    answer_min_support: float = 0.3  # refuse when no passage's support (keyword share + cosine) / 2 reaches this
+    answer_max_missing: float = 0.2  # ...or when more of the query's term weight than this is absent from
+    answer_rescue_sem: float = 0.6  # every retrieved chunk and no passage's cosine reaches answer_rescue_sem
     # chunks each side of a hit, in its document, that an answer may quote from (small-to-big):
     # a fact one sentence past a chunk's edge is in reach. 0: the hits alone.
     context_chunks: int = 1
