@@ -1111,8 +1111,6 @@ def _renamed(doc: Document, doc_id: str) -> Document:
     return replace(doc, path=doc_id, prechunked=pre, meta=tuple(meta.items()))
 
 
-
-
 def _under(path: str, root: str) -> bool:
     return path == root or path.startswith(root.rstrip("/") + "/")
 

@@ -103,11 +103,17 @@ class DocRecord:
 
 def filter_values(record: DocRecord) -> dict[str, list[str]]:
     """Every field a ``DocFilter`` can name, with its values, both lower-cased as ``admits``
-    compares them: what a database keeps to filter in SQL (``DocFilter.like_patterns``)."""
+    compares them: what a database keeps to filter in SQL (``DocFilter.sql_terms``). A
+    front-matter key named like a built-in field (``path``, ``doc``, ``collection``,
+    ``label``) is not one: ``DocRecord.values`` reads those from the record alone."""
     out = {name: [v.lower() for v in record.values(name)] for name in ("path", "collection", "label")}
     for key, value in record.meta:
-        out.setdefault(key.lower(), []).append(value.lower())
+        if key.lower() not in _BUILT_IN_FIELDS:
+            out.setdefault(key.lower(), []).append(value.lower())
     return out
+
+
+_BUILT_IN_FIELDS = frozenset({"path", "doc", "collection", "label"})
 
 
 def encode_meta(meta: tuple[tuple[str, str], ...]) -> str:

@@ -59,7 +59,7 @@ REWEIGHT_DRIFT = 0.10
 # chunks holding rare terms first and stops there when that is provably exact (``_keyword_top``).
 RARE_SHARE = 0.01
 PG_FORMAT = 2  # 2: keyword statistics per label (format 1, global, is migrated on open)
-FIELDS_VERSION = "1"  # documents.fields as filter_values writes them (filled in on open when older)
+FIELDS_VERSION = 2  # documents.fields as filter_values writes them (filled in on open when older)
 
 
 # The WAL position a read must see, for the caller being served (``reading_after``).
@@ -206,10 +206,10 @@ class PostgresStore(SearchableStore):
             origin TEXT NOT NULL, ingested_at TEXT NOT NULL, n_chunks INTEGER NOT NULL)""")
         self._add_column("documents", "collection", "TEXT NOT NULL DEFAULT ''")
         self._add_column("documents", "meta", "TEXT NOT NULL DEFAULT '{}'")
-        self._set_up_fields()
         version = int(self.meta().get("format_version") or PG_FORMAT)
         if version not in (1, PG_FORMAT):
             raise MicroRAGError(f"schema {schema} has index format {version}; this microrag reads {PG_FORMAT}")
+        self._set_up_fields()  # (after the check: a binary that refuses an index leaves it as it was)
         dim = self.meta().get("dim")
         if dim:
             self._create_chunks(int(dim))
@@ -221,16 +221,24 @@ class PostgresStore(SearchableStore):
         a GIN index serves the globs without a wildcard (containment). Rows written before the
         column existed are filled in once, from their stored fields."""
         self._add_column("documents", "fields", "JSONB NOT NULL DEFAULT '{}'")
-        self.x("CREATE INDEX IF NOT EXISTS documents_fields ON documents USING gin (fields jsonb_path_ops)")
-        if self.meta().get("fields_version") == FIELDS_VERSION:
-            return
+
+        def filled() -> int:
+            return int(self.meta().get("fields_version") or 0)
+
+        if filled() >= FIELDS_VERSION and self._has_index("documents_fields"):
+            return  # (a newer binary's fields are left as it wrote them)
         with self.transaction():
-            self.x("LOCK TABLE meta IN EXCLUSIVE MODE")  # one process fills them in; the rest find it done
-            if self.meta().get("fields_version") != FIELDS_VERSION:
+            self.x("LOCK TABLE meta IN EXCLUSIVE MODE")  # one process builds them; the rest wait, then find it done
+            if not self._has_index("documents_fields"):
+                self.x("CREATE INDEX IF NOT EXISTS documents_fields ON documents USING gin (fields jsonb_path_ops)")
+            if filled() < FIELDS_VERSION:
                 rows = [(json.dumps(filter_values(r), ensure_ascii=False), r.doc) for r in self.documents().values()]
                 self._many("UPDATE documents SET fields = %s::jsonb WHERE doc = %s", rows)
                 self.x("INSERT INTO meta VALUES ('fields_version', %s) ON CONFLICT (key) DO UPDATE SET value = EXCLUDED.value",
-                       (FIELDS_VERSION,))
+                       (str(FIELDS_VERSION),))
+
+    def _has_index(self, name: str) -> bool:
+        return bool(self.x("SELECT 1 FROM pg_indexes WHERE schemaname = %s AND indexname = %s", (self.schema, name)))
 
     # ------------------------------------------------------------ connections
 
@@ -547,9 +555,11 @@ class PostgresStore(SearchableStore):
                 sql.append(("NOT " if negated else "") + "fields @> %s::jsonb")
                 args.append(json.dumps({field: [value]}, ensure_ascii=False))
             else:
+                # (the escape character as a parameter: a literal backslash reads differently when
+                # standard_conforming_strings is off)
                 sql.append(("NOT " if negated else "") + "EXISTS (SELECT 1 FROM jsonb_array_elements_text("
-                           "coalesce(fields -> %s, '[]'::jsonb)) v WHERE v LIKE %s ESCAPE '\\')")
-                args += [field, value]
+                           "coalesce(fields -> %s, '[]'::jsonb)) v WHERE v LIKE %s ESCAPE %s)")
+                args += [field, value, "\\"]
         return " AND ".join(sql) or "true", args
 
     def admitted(self, where: DocFilter, labels: list[str] | None, limit: int | None = None) -> list[str]:
@@ -680,6 +690,11 @@ class PostgresStore(SearchableStore):
                              WHERE x.n IS DISTINCT FROM s.n OR x.total_dl IS DISTINCT FROM s.total_dl""")[0][0]
             if bad:
                 problems.append(f"{bad} labels' chunk counts disagree with the chunks")
+            stored = dict(self.x("SELECT doc, fields FROM documents"))
+            off = sum(stored.get(d) != filter_values(r) for d, r in self.documents().items())
+            if off:
+                problems.append(f"{off} documents' filter fields disagree with their records (written by an older "
+                                "microrag? open the index with this one to fill them in again)")
             drift = self.x("SELECT count(*) FROM chunks c JOIN documents d USING (doc) WHERE c.label <> d.label")[0][0]
             if drift:
                 problems.append(f"{drift} chunks carry a label that differs from their document's")
