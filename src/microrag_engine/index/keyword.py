@@ -94,6 +94,8 @@ class TfidfScorer:
         return None  # a cosine has no per-term bound to stop on: every chunk is scored
 
     def scores_at(self, query: str, at: np.ndarray) -> np.ndarray:
+        # Positions among the texts it was fitted on: a clearance's TF-IDF is a fit on its chunks
+        # alone, whose positions are not the index's (never asked today: ``top`` is None).
         return self.scores(query)[at]
 
     def scores(self, query: str) -> np.ndarray:
