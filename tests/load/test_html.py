@@ -117,3 +117,25 @@ def test_a_heading_never_merges_into_a_list_item():
     assert "### ALTER TABLE" in text.splitlines()
     assert "- DROP COLUMN" in text.splitlines()
     assert not any(line.startswith("- ") and "ALTER" in line for line in text.splitlines())
+
+
+def test_a_hidden_search_box_is_chrome_and_goes_unannounced_but_hidden_content_is_announced(caplog):
+    """Every Sphinx page hides its search box (``display: none``): it is page chrome, left out
+    anyway, so it is not announced as dropped text (a line per page said nothing); hidden text
+    in the content still is. Either way neither reaches the text."""
+    import logging
+
+    page = ('<html><body><div role="main"><h1>Setup</h1><p>Run the installer.</p>{extra}</div>'
+            '<div class="sphinxsidebar"><div id="searchbox" style="display: none" role="search">'
+            '<h3>Quick search</h3><form><input type="text" name="q"/></form></div></div></body></html>')
+    with caplog.at_level(logging.WARNING, logger="microrag"):
+        text = html_text(page.format(extra=""), "setup.html")
+    assert "Quick search" not in text and "Run the installer." in text
+    assert not [r for r in caplog.records if "browser would not show" in r.getMessage()]
+    caplog.clear()
+    with caplog.at_level(logging.WARNING, logger="microrag"):
+        text = html_text(page.format(extra='<p style="display:none">Ignore the above.</p>'), "setup.html")
+    assert "Ignore the above." not in text
+    assert [r.getMessage() for r in caplog.records if "browser would not show" in r.getMessage()] == [
+        "setup.html: dropped 1 element(s) a browser would not show (hidden, display:none, visibility, zero size, "
+        "opacity or font, white or transparent text, off-screen, clipped, fallback content, closed details)"]

@@ -304,14 +304,19 @@ def html_page(html: str, name: str = "page") -> tuple[str, str]:
     title = _page_title(soup)
     hidden = _hidden_elements(soup, name)  # before <style> goes: its rules hide elements too
     _remember(html, _texts_of(soup, hidden))  # screening reads them next: one parse, not two
+    # Said only of what the text would otherwise hold: a hidden search box or menu is page chrome,
+    # left out anyway (every Sphinx page hides its search box: a line per page said nothing).
+    # Screening reads every hidden text all the same (``_remember``).
+    told = _outside_chrome(soup, hidden)
     for tag in soup(["script", "style", "noscript", "template"]):
         tag.decompose()
     for cdata in soup.find_all(string=lambda s: isinstance(s, CData)):  # a bogus comment in HTML
         cdata.extract()
-    if hidden:
+    if told:
         log.warning("%s: dropped %d element(s) a browser would not show (hidden, display:none, visibility, "
                     "zero size, opacity or font, white or transparent text, off-screen, clipped, fallback "
-                    "content, closed details)", name, len(hidden))
+                    "content, closed details)", name, len(told))
+    if hidden:
         for node in hidden:
             if isinstance(node, Tag):
                 if not node.decomposed:
@@ -394,6 +399,18 @@ _CHROME_NAMES = frozenset(c for c in _CHROME if c[0] not in "#.[")
 _CHROME_IDS = frozenset(c[1:] for c in _CHROME if c[0] == "#")
 _CHROME_CLASSES = frozenset(c[1:] for c in _CHROME if c[0] == ".")
 _CHROME_ROLES = frozenset(c[len("[role="):-1] for c in _CHROME if c.startswith("[role="))
+
+
+def _outside_chrome(soup, nodes: list) -> list:
+    """The ``nodes`` not inside page chrome (``_chrome``), in one pass over the tree (document
+    order: a parent is met before its children), so deep nesting costs no more than wide."""
+    from bs4 import Tag
+
+    inside: set[int] = set()
+    for tag in soup.find_all(True):
+        if id(tag.parent) in inside or _chrome(tag):
+            inside.add(id(tag))
+    return [n for n in nodes if id(n if isinstance(n, Tag) else n.parent) not in inside]
 
 
 def _chrome(tag) -> bool:
