@@ -43,7 +43,7 @@ from .retrieve.mimic import restated_question
 from .retrieve.names import DocNames, name_boost
 from .runtime.llm import ChatStream
 from .runtime.tracing import span
-from .store.base import DocFilter, DocRecord, SearchableStore, Store, check_compatible, embedder_drift
+from .store.base import BUILT_IN_FIELDS, DocFilter, DocRecord, SearchableStore, Store, check_compatible, embedder_drift
 from .text import bm25_fingerprint, bm25_tokens, title_of
 from .tools import FileTool, ToolResult
 from .types import CONTRADICTED, ENTAILED, NEUTRAL, NOT_IN_DOCUMENTS, NOT_SUPPORTED, Chunk, Document, Hit, Retrieval, Turn
@@ -432,7 +432,7 @@ class Engine:
         known = self._fields.get(key)
         if known is None:
             visible = self._readable_records(labels)
-            known = frozenset({"path", "doc", "collection", "label"} | {k.lower() for rec in visible.values() for k, _ in rec.meta})
+            known = frozenset(BUILT_IN_FIELDS | {k.lower() for rec in visible.values() for k, _ in rec.meta})
             if len(self._fields) >= 16:  # a handful of clearances in practice; bound it anyway
                 self._fields.clear()
             self._fields[key] = known

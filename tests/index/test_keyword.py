@@ -12,6 +12,7 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 from conftest import SHARED
+from microrag_engine.index import keyword
 from microrag_engine.index.keyword import BM25Scorer
 from microrag_engine.text import bm25_tokens
 
@@ -114,6 +115,9 @@ def test_any_sequence_of_writes_equals_a_fit_on_what_is_left(texts, data):
         keep = np.array(data.draw(st.lists(st.booleans(), min_size=len(current), max_size=len(current))), dtype=bool)
         new = data.draw(st.lists(st.lists(st.sampled_from(WORDS), max_size=12).map(" ".join), max_size=5))
         scorer, current = scorer.updated(keep, new), [t for t, k in zip(current, keep) if k] + new
+        # Terms whose chunks are all gone are dropped once they pass a share of the vocabulary (#35).
+        assert np.count_nonzero(np.diff(scorer.indptr) == 0) <= keyword.DEAD_TERMS * len(scorer.vocab)
+        assert sorted(scorer.vocab.values()) == list(range(len(scorer.vocab)))
     if not current:
         assert scorer.n == 0 and scorer.scores("alpha").size == 0
         return
@@ -157,8 +161,6 @@ def test_top_finds_the_dense_top_n_and_scores_at_equals_scores(data):
     masked to a clearance and filtered: ``top`` returns the n best positive scores exactly
     (ties may pick either chunk) or None, never a hidden or filtered-out chunk; ``scores_at``
     equals ``scores`` at any positions. Forcing a small rare budget exercises the stop."""
-    import microrag_engine.index.keyword as keyword
-
     rng = np.random.default_rng(data.draw(st.integers(0, 2**31)))
     p = 1 / np.arange(1, len(ZIPF) + 1)
     p /= p.sum()
@@ -176,7 +178,7 @@ def test_top_finds_the_dense_top_n_and_scores_at_equals_scores(data):
     query = " ".join(data.draw(st.lists(st.sampled_from(ZIPF + ["unseen"]), max_size=6)))
     n = data.draw(st.integers(1, 15))
     budget_before = keyword.RARE_BUDGET
-    budget = data.draw(st.sampled_from([budget_before, 0.01, 1.0]))
+    budget = data.draw(st.sampled_from([budget_before, 0.0, 0.01, 1.0]))  # 0: every chunk scored
     try:
         keyword.RARE_BUDGET = budget
         found = view.top(query, n, allowed)
@@ -185,8 +187,7 @@ def test_top_finds_the_dense_top_n_and_scores_at_equals_scores(data):
     at = np.flatnonzero(visible) if visible is not None else np.arange(len(scorer.dl))
     want_all = view.scores(query)
     assert np.array_equal(view.scores_at(query, at[::-1]), want_all[::-1])
-    if found is None:
-        return
+    assert found is not None  # BM25 always finds its top n itself
     assert len(set(found.tolist())) == len(found)
     if visible is not None:
         assert visible[found].all()
@@ -210,3 +211,36 @@ def test_top_stops_on_the_rare_terms_when_they_prove_the_top_n():
     assert np.array_equal(np.sort(scorer.scores_at("kiwi common words", found))[::-1],
                           _dense_top(scorer, "kiwi common words", 50, None))
     assert all(texts[i].startswith("kiwi") for i in found)
+
+
+def test_removing_most_chunks_drops_the_terms_only_they_held():
+    """The vocabulary does not keep every term a removed chunk ever had: once dead terms pass
+    ``DEAD_TERMS`` of it they are dropped, and what is left scores as a fit from scratch and
+    survives a save and restore."""
+    texts = [f"shared words unique{i} rare{i}x" for i in range(400)]
+    scorer = BM25Scorer(0.9, 0.4).fit(texts)
+    keep = np.zeros(400, dtype=bool)
+    keep[:10] = True
+    smaller = scorer.updated(keep, ["shared newcomer"])
+    assert len(smaller.vocab) == len(BM25Scorer(0.9, 0.4).fit(texts[:10] + ["shared newcomer"]).vocab)
+    assert "unique399" not in smaller.vocab and len(scorer.vocab) > 800  # the old scorer is left as it was
+    scratch = BM25Scorer(0.9, 0.4).fit(texts[:10] + ["shared newcomer"])
+    restored = BM25Scorer(0.9, 0.4).restore(*smaller.state()[:1], lambda: smaller.state()[1])
+    for q in ["shared unique3", "newcomer words", "unique399", "rare5x shared"]:
+        assert np.array_equal(smaller.scores(q), scratch.scores(q))
+        assert np.array_equal(restored.scores(q), scratch.scores(q))
+
+
+def test_weighed_postings_are_kept_within_their_budget(monkeypatch):
+    """The weighed postings of the terms read last are kept, the oldest dropped past
+    ``ADDEND_POSTINGS`` per chunk; the scores do not depend on what is kept."""
+    monkeypatch.setattr(keyword, "ADDEND_POSTINGS", 0.001)  # 250 postings at the floor of 250,000 chunks
+    rng = np.random.default_rng(5)
+    texts = [" ".join(rng.choice(ZIPF, size=12)) for _ in range(300)]
+    scorer, fresh = BM25Scorer(0.9, 0.4).fit(texts), BM25Scorer(0.9, 0.4).fit(texts)
+    for word in ZIPF:
+        got = scorer.scores(f"{word} w1")
+        assert sum(len(idx) for idx, _ in scorer._added.values()) <= 250 or len(scorer._added) == 1
+        monkeypatch.setattr(keyword, "ADDEND_POSTINGS", 0.0)  # the reference keeps none
+        assert np.array_equal(got, fresh.scores(f"{word} w1"))
+        monkeypatch.setattr(keyword, "ADDEND_POSTINGS", 0.001)

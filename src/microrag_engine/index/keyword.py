@@ -13,8 +13,9 @@ query could reach, which the grounding gate reads as coverage).
 from __future__ import annotations
 
 import math
+import threading
 from array import array
-from collections import Counter
+from collections import Counter, OrderedDict
 from collections.abc import Callable, Iterable, Mapping, Sequence
 from typing import Protocol
 
@@ -146,6 +147,10 @@ class BM25Scorer:
         self._norm: np.ndarray | None = None  # k1 * (1 - b + b * dl / avgdl) per chunk, made on first use
         # Per term id: its postings in chunk order, and the most its weight can be (``top``), made on first use.
         self._ordered: dict[int, tuple[np.ndarray, np.ndarray, float]] = {}
+        # Per term id: its postings' chunk numbers and what each adds to the score (``_addends``), the
+        # terms read last first out, up to ``ADDEND_POSTINGS`` per chunk in all.
+        self._added: OrderedDict[int, tuple[np.ndarray, np.ndarray]] = OrderedDict()
+        self._added_lock = threading.Lock()
 
     def fit(self, texts: Sequence[str]) -> BM25Scorer:
         return BM25Scorer(self.k1, self.b).updated(None, texts)
@@ -186,8 +191,11 @@ class BM25Scorer:
         where = ends[terms[order]]
         counts = np.zeros(len(vocab), dtype=np.int64)
         counts[:len(indptr) - 1] = np.diff(indptr)
+        counts += np.bincount(terms, minlength=len(vocab))
+        if np.count_nonzero(counts == 0) > DEAD_TERMS * len(vocab):
+            vocab, counts = _without_dead_terms(vocab, counts)
         new_indptr = np.zeros(len(vocab) + 1, dtype=np.int64)
-        np.cumsum(counts + np.bincount(terms, minlength=len(vocab)), out=new_indptr[1:])
+        np.cumsum(counts, out=new_indptr[1:])
         arrays: dict[str, np.ndarray] = {
             "indptr": new_indptr, "indices": np.insert(np.asarray(indices, dtype=np.int32), where, fresh[docs[order]]),
             "tf": np.insert(np.asarray(tf, dtype=np.int32), where, tfs[order]), "dl": dl}
@@ -287,23 +295,45 @@ class BM25Scorer:
         each term's weight rounded to float32 and summed in float32, in query order, as bm25s does."""
         if self.n == 0:
             return np.zeros(0)
-        vocab, norm = self.vocab, self._norms()
+        # Unseen terms, or terms seen only in hidden chunks, score no chunk (``_query_terms`` drops them).
+        out = self._every_score(self._query_terms(query))
+        return (out if self.visible is None else out[self.visible]).astype(np.float64)
+
+    def _every_score(self, terms: list[tuple[int, int, float]]) -> np.ndarray:
+        """Every chunk's score (float32; a masked view's hidden chunks too: cheaper than
+        filtering) for the query ``terms``, added in query order as ``scores`` promises."""
         out = np.zeros(len(self.dl), dtype=np.float32)
-        for t in bm25_tokens(query):
-            i = vocab.get(t)
-            df = self._doc_freq(i) if i is not None else 0
-            if i is None or df == 0:  # unseen, or seen only in hidden chunks: no chunk scores
-                continue
-            lo, hi = int(self.indptr[i]), int(self.indptr[i + 1])
-            # A masked view scores hidden chunks too (they are dropped below): cheaper than filtering.
-            idx = self.indices[lo:hi].astype(np.intp)  # numpy gathers twice as fast by intp
-            tf = self.tf[lo:hi].astype(np.float64)
-            w = tf / (norm[idx] + tf)
-            w *= np.float32(lucene_idf(df, self.n))  # bm25s keeps IDF as float32, multiplies in float64
+        for i, df, _ in terms:
+            idx, add = self._addends(i, df)
             # A term's postings name each chunk once, so a plain indexed add is exact (np.add.at,
             # made for repeated indices, was a third of a 100k query here).
-            out[idx] += w.astype(np.float32)
-        return (out if self.visible is None else out[self.visible]).astype(np.float64)
+            out[idx] += add
+        return out
+
+    def _addends(self, i: int, df: int) -> tuple[np.ndarray, np.ndarray]:
+        """Term ``i``'s postings (chunk numbers, as intp: numpy gathers twice as fast by them) and
+        what it adds to each chunk's score: ``idf * tf / (tf + norm)`` in float64, rounded to
+        float32. Kept for the terms read last: a common term's million postings cost 7 ms to
+        weigh at 1M chunks and 1.6 ms to add once weighed."""
+        found = self._added.get(i)
+        if found is not None:
+            with self._added_lock:
+                if i in self._added:
+                    self._added.move_to_end(i)
+            return found
+        lo, hi = int(self.indptr[i]), int(self.indptr[i + 1])
+        idx = self.indices[lo:hi].astype(np.intp)
+        tf = self.tf[lo:hi].astype(np.float64)
+        w = tf / (self._norms()[idx] + tf)
+        w *= np.float32(lucene_idf(df, self.n))  # bm25s keeps IDF as float32, multiplies in float64
+        found = (idx, w.astype(np.float32))
+        budget = ADDEND_POSTINGS * max(len(self.dl), 250_000)
+        with self._added_lock:  # threads may both weigh a term: the same arrays
+            self._added[i] = found
+            held = sum(len(a) for a, _ in self._added.values())
+            while held > budget and len(self._added) > 1:
+                held -= len(self._added.popitem(last=False)[1][0])
+        return found
 
     def _query_terms(self, query: str) -> list[tuple[int, int, float]]:
         """(term id, df, float32 IDF) of each query token that a counted chunk holds, in query order."""
@@ -369,8 +399,9 @@ class BM25Scorer:
         reaches what a chunk holding only the other terms could score at most (the sum of
         their IDFs times their largest saturated weight). Until it does, the next rarest term
         joins the rare ones; once their postings would pass ``RARE_BUDGET`` of the chunks,
-        None (scoring every chunk costs about as much). A chunk this scorer does not count (a
-        masked view's hidden ones) or ``allowed`` leaves out is never among them."""
+        every chunk is scored instead (``_top_of_every``: about as cheap then). A chunk this
+        scorer does not count (a masked view's hidden ones) or ``allowed`` leaves out is never
+        among them. Never None: BM25 always finds its top n without the caller's help."""
         if self.n == 0:
             return np.zeros(0, dtype=np.int64)
         terms = self._query_terms(query)
@@ -382,7 +413,7 @@ class BM25Scorer:
         for rare, (i, _) in enumerate(distinct, start=1):
             read += int(self.indptr[i + 1] - self.indptr[i])
             if read > budget:
-                return None
+                return self._top_of_every(terms, n, allowed)
             idx = self._ordered_postings(i)[0]
             keep = None if self.visible is None else self.visible[idx]
             if allowed is not None:
@@ -403,6 +434,37 @@ class BM25Scorer:
                 return best.astype(np.int64)
         return None  # (not reached: the last term returns above)
 
+    def _top_of_every(self, terms: list[tuple[int, int, float]], n: int, allowed: np.ndarray | None) -> np.ndarray:
+        """``top`` by scoring every chunk: the common terms' weighed postings added (``_addends``),
+        the n-th best found by a partial sort, and only the chunks at or above it ranked."""
+        out = self._every_score(terms)
+        if self.visible is not None:
+            out *= self.visible  # (multiplying by a mask: a fifth of the cost of np.where)
+        if allowed is not None:
+            out *= allowed
+        k = len(out) - n
+        nth = float(np.partition(out, k)[k]) if k > 0 else 0.0
+        cand = np.flatnonzero(out >= nth) if nth > 0 else np.flatnonzero(out > 0)
+        return cand if cand.size <= n else cand[np.argpartition(-out[cand], n - 1)[:n]]
+
+
+# ``updated``: once more than this share of the vocabulary is terms no chunk holds any more (their
+# chunks removed), they are dropped and the rest renumbered. Amortised: a dropped term's entry cost
+# its copy on every write until then, and dropping copies the vocabulary once more.
+DEAD_TERMS = 0.25
+
+
+def _without_dead_terms(vocab: dict[str, int], counts: np.ndarray) -> tuple[dict[str, int], np.ndarray]:
+    """``vocab`` without the terms whose postings ``counts`` says are none, the rest numbered in
+    their old order (so their postings' blocks stay where they are), and the live terms' counts."""
+    live = counts > 0
+    renumber = np.cumsum(live) - 1
+    return {t: int(renumber[i]) for t, i in vocab.items() if live[i]}, counts[live]
+
+
+# ``_addends``: the weighed postings kept, per chunk of the index (at least 250,000 chunks' worth):
+# 12 bytes each, so 48 MB at 1M chunks; a query of common words reads a few million.
+ADDEND_POSTINGS = 4
 
 # ``top``: the rare terms' postings are read first while they number at most this share of the
 # chunks; past it every chunk is scored (``scores``), which then costs about as much.

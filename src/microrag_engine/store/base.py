@@ -75,6 +75,10 @@ def check_compatible(meta: dict[str, str], settings: Settings) -> None:
             "(e.g. the same --preset) or ingest into a new --index")
 
 
+# Fields every document has, read from its record (``DocRecord.values``), never from its front matter.
+BUILT_IN_FIELDS = frozenset({"path", "doc", "collection", "label"})
+
+
 @dataclass(frozen=True)
 class DocRecord:
     """One document's metadata. ``principal``/``origin``/``ingested_at`` are provenance."""
@@ -108,12 +112,9 @@ def filter_values(record: DocRecord) -> dict[str, list[str]]:
     ``label``) is not one: ``DocRecord.values`` reads those from the record alone."""
     out = {name: [v.lower() for v in record.values(name)] for name in ("path", "collection", "label")}
     for key, value in record.meta:
-        if key.lower() not in _BUILT_IN_FIELDS:
+        if key.lower() not in BUILT_IN_FIELDS:
             out.setdefault(key.lower(), []).append(value.lower())
     return out
-
-
-_BUILT_IN_FIELDS = frozenset({"path", "doc", "collection", "label"})
 
 
 def encode_meta(meta: tuple[tuple[str, str], ...]) -> str:
