@@ -872,11 +872,21 @@ def test_admins_make_and_revoke_keys_over_http(srv):
     assert srv.call("POST", "/keys", "admin", json={"name": "rt-reader", "role": "admin"}).status_code == 409
 
 
-def test_a_collision_alone_holds_and_a_benign_page_goes_live(tmp_path):
+PG = os.environ.get("MICRORAG_TEST_PG", "")
+
+
+@pytest.mark.parametrize("backend", ["folder", pytest.param("postgres", marks=pytest.mark.skipif(
+    not PG, reason="set MICRORAG_TEST_PG (make test starts a server)"))])
+def test_a_collision_alone_holds_and_a_benign_page_goes_live(tmp_path, backend):
     """The probe on its own (nothing stuffed, copied, hidden or addressed to a model): a page of
     one-line answers on unrelated subjects is held; an ordinary HTML page from the same key is not.
-    Its own server: what else is live decides what a page can win."""
-    srv = Running(tmp_path, rate_per_minute=100_000)
+    Its own server: what else is live decides what a page can win. On PostgreSQL (#35) the probe
+    ranks in the database as its queries do (it was skipped there), and a copy of the uploader's
+    own live page is held there too."""
+    import random
+
+    loc = f"{PG}?schema=col_{os.getpid()}_{random.randrange(10**9)}" if backend == "postgres" else None
+    srv = Running(tmp_path, location=loc, rate_per_minute=100_000)
     everything = ("# Quick answers\n\nCanberra is the capital of Australia. Leonardo da Vinci painted the Mona Lisa.\n"
                   "Photosynthesis turns light, water and carbon dioxide into sugar in the leaves of plants.\n"
                   "Vaccines train the immune system by showing it a harmless piece of a pathogen.\n"
@@ -893,8 +903,14 @@ def test_a_collision_alone_holds_and_a_benign_page_goes_live(tmp_path):
         assert r["status"] == "held" and [h.split(":")[0] for h in r["held"]] == ["collision"], r
         r = srv.call("POST", "/ingest", "trusted", json={"source": "coffee.html", "body": page}).json()
         assert r["status"] == "live" and r["held"] == [], r
+        again = srv.call("POST", "/ingest", "trusted", json={"source": "coffee-2.html", "body": page}).json()
+        assert again["status"] == "held" and again["held"][0].startswith("copy:") and r["doc"] in again["held"][0]
     finally:
         srv.stop()
+        if loc is not None:
+            store = open_store(loc)
+            store.drop()
+            store.close()
 
 
 def test_dlp_label_sticks_when_a_held_upload_is_sent_again(tmp_path):

@@ -300,8 +300,8 @@ class BM25Scorer:
         return (out if self.visible is None else out[self.visible]).astype(np.float64)
 
     def _every_score(self, terms: list[tuple[int, int, float]]) -> np.ndarray:
-        """Every chunk's score (float32; a masked view's hidden chunks too: cheaper than
-        filtering) for the query ``terms``, added in query order as ``scores`` promises."""
+        """Every chunk's score (float32; 0 for a masked view's hidden chunks) for the query
+        ``terms``, added in query order as ``scores`` promises."""
         out = np.zeros(len(self.dl), dtype=np.float32)
         for i, df, _ in terms:
             idx, add = self._addends(i, df)
@@ -322,12 +322,16 @@ class BM25Scorer:
                     self._added.move_to_end(i)
             return found
         lo, hi = int(self.indptr[i]), int(self.indptr[i + 1])
-        idx = self.indices[lo:hi].astype(np.intp)
-        tf = self.tf[lo:hi].astype(np.float64)
+        idx, tf32 = self.indices[lo:hi], self.tf[lo:hi]
+        if self.visible is not None:  # a clearance's view: its chunks' postings only (a tenth of them at 10%)
+            seen = self.visible[idx]
+            idx, tf32 = idx[seen], tf32[seen]
+        idx = idx.astype(np.intp)
+        tf = tf32.astype(np.float64)
         w = tf / (self._norms()[idx] + tf)
         w *= np.float32(lucene_idf(df, self.n))  # bm25s keeps IDF as float32, multiplies in float64
         found = (idx, w.astype(np.float32))
-        budget = ADDEND_POSTINGS * max(len(self.dl), 250_000)
+        budget = ADDEND_POSTINGS * max(self.n, 250_000)
         with self._added_lock:  # threads may both weigh a term: the same arrays
             self._added[i] = found
             held = sum(len(a) for a, _ in self._added.values())
@@ -409,6 +413,13 @@ class BM25Scorer:
             return np.zeros(0, dtype=np.int64)
         distinct = sorted({i: df for i, df, _ in terms}.items(), key=lambda p: p[1])
         budget, read = RARE_BUDGET * len(self.dl), 0
+        # The terms the budget lets it read: if the chunks they give (as counted: a clearance's
+        # visible ones) are fewer than n, and some term stays unread, the pass would end in scoring
+        # every chunk anyway, having read them for nothing (a small clearance, mostly).
+        fits = np.cumsum([int(self.indptr[i + 1] - self.indptr[i]) for i, _ in distinct]) <= budget
+        within = int(np.count_nonzero(fits))  # (a prefix: the sums only grow)
+        if within < len(distinct) and sum(df for _, df in distinct[:within]) < n:
+            return self._top_of_every(terms, n, allowed)
         pieces: list[np.ndarray] = []
         for rare, (i, _) in enumerate(distinct, start=1):
             read += int(self.indptr[i + 1] - self.indptr[i])
@@ -437,11 +448,9 @@ class BM25Scorer:
     def _top_of_every(self, terms: list[tuple[int, int, float]], n: int, allowed: np.ndarray | None) -> np.ndarray:
         """``top`` by scoring every chunk: the common terms' weighed postings added (``_addends``),
         the n-th best found by a partial sort, and only the chunks at or above it ranked."""
-        out = self._every_score(terms)
-        if self.visible is not None:
-            out *= self.visible  # (multiplying by a mask: a fifth of the cost of np.where)
+        out = self._every_score(terms)  # (a masked view's hidden chunks score 0)
         if allowed is not None:
-            out *= allowed
+            out *= allowed  # (multiplying by a mask: a fifth of the cost of np.where)
         k = len(out) - n
         nth = float(np.partition(out, k)[k]) if k > 0 else 0.0
         cand = np.flatnonzero(out >= nth) if nth > 0 else np.flatnonzero(out > 0)
@@ -462,9 +471,10 @@ def _without_dead_terms(vocab: dict[str, int], counts: np.ndarray) -> tuple[dict
     return {t: int(renumber[i]) for t, i in vocab.items() if live[i]}, counts[live]
 
 
-# ``_addends``: the weighed postings kept, per chunk of the index (at least 250,000 chunks' worth):
-# 12 bytes each, so 48 MB at 1M chunks; a query of common words reads a few million.
-ADDEND_POSTINGS = 4
+# ``_addends``: the weighed postings kept, per chunk counted (at least 250,000 chunks' worth): 12
+# bytes each, so 96 MB at 1M chunks; a query of common words reads a few million, and a set of
+# queries that needs more weighs a term again each time (7 ms for a million postings).
+ADDEND_POSTINGS = 8
 
 # ``top``: the rare terms' postings are read first while they number at most this share of the
 # chunks; past it every chunk is scored (``scores``), which then costs about as much.

@@ -14,7 +14,7 @@ Masked-out chunks are not candidates: they never influence normalisation.
 
 from __future__ import annotations
 
-from collections.abc import Mapping, Sequence
+from collections.abc import Callable, Mapping, Sequence
 
 import numpy as np
 
@@ -94,16 +94,8 @@ def retrieve(
         # one searches only the label partitions ``allowed`` covers (index/ann.py); the keyword one
         # reads the rare terms' postings first (``KeywordScorer.top``): no pass over every chunk.
         q = index.query_vector(query)
-        found = keyword.top(query, settings.first_pass, allowed) if keyword is not None else np.zeros(0, dtype=np.int64)
-        kw_all = _keyword_scores(index, query, scoped, scoped_on, allowed) if found is None else np.zeros(0)
-        kw_top = top_n(kw_all, settings.first_pass, allowed) if found is None else found
-        first = np.union1d(kw_top, index.ann.top(q, settings.first_pass, allowed)).astype(np.int64)
-        if allowed is not None:
-            first = first[allowed[first]]  # belt and braces: the partitions already filtered
-        if found is None:
-            kw_first = kw_all[first]
-        else:
-            kw_first = keyword.scores_at(query, first) if keyword is not None else np.zeros(len(first))
+        first, kw_first = first_pass(index, keyword, query, q, settings.first_pass, allowed,
+                                     lambda: _keyword_scores(index, query, scoped, scoped_on, allowed))
         return rank_candidates(query, [index.chunks[i] for i in first], kw_first, index.vectors[first] @ q,
                                settings, safeguards, ceiling, None if penalty is None else penalty[first], named)
     cand = None if allowed is None else np.flatnonzero(allowed)  # (no arange of every chunk per query)
@@ -116,6 +108,26 @@ def retrieve(
     kw = index.kw_scores(query)[cand] if kw_full is None else kw_full[cand]
     return rank_candidates(query, chunks, kw, index.em_scores(query)[cand], settings, safeguards, ceiling,
                            None if penalty is None else penalty[cand], named)
+
+
+def first_pass(index: Index, keyword: KeywordScorer | None, query: str, q: np.ndarray, n: int,
+               allowed: np.ndarray | None, every_kw: Callable[[], np.ndarray]) -> tuple[np.ndarray, np.ndarray]:
+    """Above ``ann_threshold``: the union of each leg's ``n`` best among ``allowed`` (index
+    positions, ascending) and their raw keyword scores. The dense leg searches only the label
+    partitions ``allowed`` covers (index/ann.py); the keyword leg reads the rare terms' postings
+    first (``KeywordScorer.top``), or ranks ``every_kw()``, every chunk's score, where the
+    scorer cannot find its top n itself (TF-IDF)."""
+    assert index.ann is not None
+    found = keyword.top(query, n, allowed) if keyword is not None else np.zeros(0, dtype=np.int64)
+    kw_all = every_kw() if found is None else None
+    kw_top = top_n(kw_all, n, allowed) if kw_all is not None else found
+    assert kw_top is not None
+    first = np.union1d(kw_top, index.ann.top(q, n, allowed)).astype(np.int64)
+    if allowed is not None:
+        first = first[allowed[first]]  # belt and braces: the partitions already filtered
+    if kw_all is not None:
+        return first, kw_all[first]
+    return first, keyword.scores_at(query, first) if keyword is not None else np.zeros(len(first))
 
 
 def _keyword_scores(index: Index, query: str, scoped, scoped_on: np.ndarray | None,

@@ -18,22 +18,25 @@ with the stricter 0.2 (a benefits overview answers insurance, pension and gym qu
 which are related enough), none - while a page of one-line answers on unrelated
 subjects wins 7.
 
-Cost: one ranking per probe over the live chunks (exact scores, no ANN): about
-a query's cost times ~100-300 probes per upload.
+Cost: one ranking per probe, as a query ranks (exact below ``ann_threshold``, each leg's
+first pass above it): about a query's cost times ~100-300 probes per upload.
 """
 
 from __future__ import annotations
 
-from collections.abc import Iterable, Sequence
+import time
+from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass
-from functools import lru_cache
+from functools import lru_cache, partial
 from importlib.resources import files
 
 import numpy as np
 
 from ..engine import Engine
 from ..index.embed import Embedder
-from ..retrieve import keyword_ceiling, rank_candidates
+from ..retrieve import first_pass, keyword_ceiling, rank_candidates
+from ..store.base import SearchableStore
+from ..types import Chunk, Retrieval
 
 MIN_UNRELATED = 5  # mutually unrelated probes one passage may win before its document is held
 UNRELATED = 0.2  # two probe questions with a cosine below this are about different things
@@ -96,26 +99,35 @@ def mutually_unrelated(questions: Sequence[str], vectors: np.ndarray, below: flo
 
 
 def probe(engine: Engine, doc: str, questions: Sequence[str], vectors: ProbeVectors,
-          labels: Iterable[str] | None = None) -> Surfacing:
+          labels: Iterable[str] | None = None, passes: LivePasses | None = None) -> Surfacing:
     """Which of ``questions`` would rank ``doc`` (already in ``engine``'s index, not yet live)
     in the top-K against the live chunks of ``labels`` (all live ones when None): the uploader's
-    clearance, so whether an upload is held never depends on documents its uploader cannot read."""
-    index, settings = engine.index, engine.settings
-    docs = index.chunks.docs()
-    mine = docs == doc
+    clearance, so whether an upload is held never depends on documents its uploader cannot read.
+    On a database (``SearchableStore``) each probe's first pass over the live chunks comes from
+    ``passes`` (kept a while across uploads), the document's own chunks from the database."""
     readable = None if labels is None else set(labels)
-    live = np.array([not str(label).startswith("_") and (readable is None or label in readable)
-                     for label in engine.labels], dtype=bool)
-    cand = np.flatnonzero((live & ~mine) | mine)
-    if not mine.any() or not questions:
+    if not questions:
         return Surfacing([], [])
-    chunks = [index.chunks[i] for i in cand]
+    store = engine.store
+    rank: Callable[[str, np.ndarray], Retrieval]
+    if isinstance(store, SearchableStore):
+        if doc not in engine.records:
+            return Surfacing([], [])
+        live = sorted({r.label for r in engine.records.values()
+                       if not r.label.startswith("_") and (readable is None or r.label in readable)})
+        rank = partial(_ranked_in_store, engine, store, doc, live, passes or LivePasses(max_age=0))
+    else:
+        mine = engine.index.chunks.docs() == doc
+        if not mine.any():
+            return Surfacing([], [])
+        live_chunks = np.array([not str(label).startswith("_") and (readable is None or label in readable)
+                                for label in engine.labels], dtype=bool)
+        rank = partial(_ranked, engine, live=live_chunks & ~mine, mine=mine)
     qv = vectors(list(questions))
-    em_all = index.vectors[cand] @ qv.T  # (candidates, probes): one product for every probe
     won: list[int] = []
     by_passage: dict[str, list[int]] = {}
     for j, q in enumerate(questions):
-        r = rank_candidates(q, chunks, index.kw_scores(q)[cand], em_all[:, j], settings, True, keyword_ceiling(index, q))
+        r = rank(q, qv[j])
         mine_here = [h.chunk.id for h in r.hits if h.chunk.doc == doc]
         if mine_here:
             won.append(j)
@@ -128,3 +140,67 @@ def probe(engine: Engine, doc: str, questions: Sequence[str], vectors: ProbeVect
         if len(unrelated) > len(best):
             best, passage = unrelated, cid
     return Surfacing([questions[j] for j in won], best, passage)
+
+
+def _ranked(engine: Engine, question: str, qv: np.ndarray, live: np.ndarray, mine: np.ndarray) -> Retrieval:
+    """``question`` ranked over the ``live`` chunks and the document's own (``mine``), as a query
+    ranks it: every chunk scored below ``ann_threshold``; above it, each leg's first pass over
+    the live chunks (what a query's candidates would be) and every chunk of the document, so a
+    colliding passage is never missed for falling outside the first pass, and a probe costs a
+    query's time rather than a pass over a million chunks."""
+    index, settings = engine.index, engine.settings
+    if index.ann is None:
+        cand = np.flatnonzero(live | mine)
+        kw = index.kw_scores(question)[cand]
+    else:
+        first, _ = first_pass(index, index.keyword, question, qv, settings.first_pass, live,
+                              lambda: index.kw_scores(question))
+        cand = np.union1d(first, np.flatnonzero(mine))
+        kw = index.keyword.scores_at(question, cand) if index.keyword is not None else np.zeros(len(cand))
+    return rank_candidates(question, [index.chunks[i] for i in cand], kw, index.vectors[cand] @ qv, settings, True,
+                           keyword_ceiling(index, question))
+
+
+def _ranked_in_store(engine: Engine, store: SearchableStore, doc: str, labels: list[str], passes: LivePasses,
+                     question: str, qv: np.ndarray) -> Retrieval:
+    """``question`` ranked as the database ranks a query of ``labels``: the live chunks' first
+    pass (from ``passes``: documents no longer live since it was kept are left out) and every
+    chunk of ``doc``, weighed by the same statistics."""
+    live_docs = {d for d, r in engine.records.items() if r.label in labels and d != doc}
+    found, ceiling = passes(store, question, qv, labels, engine.settings.first_pass)
+    rows = [f for f in found if f[0].doc in live_docs] + store.scores_of(question, qv, labels, [doc])
+    return rank_candidates(question, [c for c, _, _ in rows], np.array([k for _, k, _ in rows]),
+                           np.array([e for _, _, e in rows]), engine.settings, True, ceiling)
+
+
+# How long a probe's first pass over a database's live chunks is reused (``LivePasses``).
+LIVE_PASS_S = 600.0
+
+
+class LivePasses:
+    """Each probe question's first pass over the live chunks of a clearance, from the database
+    (``SearchableStore.search``), kept ``max_age`` seconds: asked again for every upload, ~300
+    probes would cost ~300 searches under the write lock each time. What it misses meanwhile:
+    documents that went live since are not among the candidates (a page then looks likelier to
+    win than it is: held for a person, never waved through), and the live chunks' keyword
+    scores keep the statistics of when they were found. Documents removed since are dropped
+    by the caller."""
+
+    def __init__(self, max_age: float = LIVE_PASS_S, limit: int = 4096) -> None:
+        self.max_age, self.limit = max_age, limit
+        self.store: SearchableStore | None = None
+        self.kept: dict[tuple[str, tuple[str, ...], int], tuple[float, list[tuple[Chunk, float, float]], float]] = {}
+
+    def __call__(self, store: SearchableStore, question: str, qv: np.ndarray, labels: list[str],
+                 n: int) -> tuple[list[tuple[Chunk, float, float]], float]:
+        if store is not self.store:
+            self.store, self.kept = store, {}
+        key, now = (question, tuple(labels), n), time.monotonic()
+        hit = self.kept.get(key)
+        if hit is not None and now - hit[0] < self.max_age:  # (0: never reused)
+            return hit[1], hit[2]
+        found, ceiling = store.search(question, qv, labels, n=n)
+        if len(self.kept) >= self.limit:
+            self.kept.clear()
+        self.kept[key] = (now, found, ceiling)
+        return found, ceiling

@@ -24,7 +24,7 @@ import threading
 from collections.abc import Iterable
 
 from ..engine import Engine
-from ..screen.collision import ProbeVectors, generic_probes, probe
+from ..screen.collision import LivePasses, ProbeVectors, generic_probes, probe
 from ..screen.content import content_reasons
 from ..screen.shape import copy_of
 from ..types import Document
@@ -39,6 +39,7 @@ class Screening:
     def __init__(self, state: ServerState) -> None:
         self.state = state
         self._vectors: ProbeVectors | None = None
+        self._passes = LivePasses()  # a database's live first pass per probe, across uploads
         self._lock = threading.Lock()
 
     def content(self, name: str, raw: str, docs: list[Document]) -> list[str]:
@@ -50,7 +51,14 @@ class Screening:
         mine = [d for d, r in engine.records.items() if r.principal == owner and d != doc and not r.label.startswith("_")]
         if not mine:
             return []
-        texts = engine.index.chunks.texts_by_doc([doc, *mine])
+        if engine.store is not None:  # retrieval runs in the database: the chunks are there, not here
+            snap = engine.store.snapshot_of([doc, *mine])
+            by_doc: dict[str, list[str]] = {}
+            for c in snap.chunks:  # (in chunk order per document)
+                by_doc.setdefault(c.doc, []).append(c.text)
+            texts = {d: "\n\n".join(t) for d, t in by_doc.items()}
+        else:
+            texts = engine.index.chunks.texts_by_doc([doc, *mine])
         found = copy_of(texts.get(doc, ""), ((d, texts.get(d, "")) for d in mine))
         return [found] if found else []
 
@@ -60,5 +68,5 @@ class Screening:
         with self._lock:  # one embedding cache, filled by one upload at a time
             if self._vectors is None or self._vectors.embedder is not engine.index.embedder:
                 self._vectors = ProbeVectors(engine.index.embedder)
-            found = probe(engine, doc, questions, self._vectors, labels)
+            found = probe(engine, doc, questions, self._vectors, labels, self._passes)
         return [found.reason()] if found.sweeping else []

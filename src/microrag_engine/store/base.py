@@ -315,6 +315,13 @@ class SearchableStore(Store):
         ``where`` only one the store ``filters`` itself; statistics stay per label)."""
 
     @abstractmethod
+    def scores_of(self, query: str, qvec: np.ndarray, labels: list[str] | None,
+                  docs: list[str]) -> list[tuple[Chunk, float, float]]:
+        """Every chunk of ``docs``, whatever its label, with both raw leg scores as ``search``
+        gives them, the keyword one from the statistics of ``labels``: an upload under review
+        ranked against the live chunks (``screen.collision``)."""
+
+    @abstractmethod
     def filters(self, where: DocFilter) -> bool:
         """Whether the store evaluates ``where`` itself (``search``'s ``where``, ``admitted``);
         otherwise the caller sends the documents it admits (``docs``)."""

@@ -153,6 +153,14 @@ def bm25_doc_weights(tf: dict[int, int], dl: int, avgdl: float, k1: float, b: fl
     return {t: f / (f + norm) for t, f in tf.items()}
 
 
+# A chunk with both raw leg scores for a query's sparse weights and vector (``search``, ``scores_of``).
+_SCORED = 'SELECT id, doc, idx, start, "end", text, page, -(bm25 <#> %s::sparsevec), 1 - (embedding <=> %s::vector) FROM chunks'
+
+
+def _scored(rows: list[tuple]) -> list[tuple[Chunk, float, float]]:
+    return [(Chunk(*r[:7]), float(r[7] or 0.0), float(r[8])) for r in rows]
+
+
 class PostgresStore(SearchableStore):
     """A store in schema ``schema`` of the database at ``uri``."""
 
@@ -584,7 +592,6 @@ class PostgresStore(SearchableStore):
         """
         tokens = bm25_tokens(query)
         counts = Counter(term_id(t) for t in tokens)  # a repeated term counts each time, as in memory
-        terms = sorted(counts)
         label_sql, label_args = ("AND label = ANY(%s)", [labels]) if labels is not None else ("", [])
         # the filter narrows candidates only: IDF and the ceiling stay those of the caller's labels
         doc_sql, doc_args = ("AND doc = ANY(%s)", [docs]) if docs is not None else ("", [])
@@ -599,11 +606,7 @@ class PostgresStore(SearchableStore):
             self.x("SET LOCAL jit = off")  # compiling a plan cost ~25 ms per large scan at 1M (benchmarks/pg_scale.py)
             self.x(f"SET LOCAL hnsw.ef_search = {int(ef_search)}")  # 200: recall@10 >= 0.98 in benchmarks/scale.py
             self.x("SET LOCAL hnsw.iterative_scan = relaxed_order")
-            n_chunks = int(self.x(f"SELECT coalesce(sum(n), 0) FROM label_stats WHERE true {label_sql}",
-                                  label_args)[0][0])
-            dfs = dict(self.x(f"SELECT term, sum(df)::int FROM term_df WHERE term = ANY(%s::bigint[]) {label_sql} "
-                              "GROUP BY term HAVING sum(df) > 0", (terms, *label_args))) if terms else {}
-            weights = {t: counts[t] * lucene_idf(dfs[t], n_chunks) for t in terms if t in dfs}
+            dfs, weights, n_chunks = self._query_weights(counts, label_sql, label_args)
             q_sparse = sparse_literal(weights)
             qv = vector_literal(qvec)
             ids = [r[0] for r in self.x(
@@ -611,12 +614,33 @@ class PostgresStore(SearchableStore):
                 (*narrowed[1], qv, n))]
             if dfs:
                 ids += self._keyword_top(dfs, weights, n_chunks, q_sparse, narrowed, n)
-            rows = self.x('SELECT id, doc, idx, start, "end", text, page, -(bm25 <#> %s::sparsevec), '
-                          "1 - (embedding <=> %s::vector) FROM chunks WHERE id = ANY(%s) ORDER BY doc, idx",
-                          (q_sparse, qv, list(dict.fromkeys(ids))))
+            rows = self.x(f"{_SCORED} WHERE id = ANY(%s) ORDER BY doc, idx", (q_sparse, qv, list(dict.fromkeys(ids))))
         # Terms no chunk has get the highest IDF, as in the in-memory scorer.
         ceiling = sum(lucene_idf(dfs.get(term_id(t), 0), n_chunks) for t in tokens)
-        return [(Chunk(*r[:7]), float(r[7] or 0.0), float(r[8])) for r in rows], ceiling
+        return _scored(rows), ceiling
+
+    def scores_of(self, query: str, qvec: np.ndarray, labels: list[str] | None,
+                  docs: list[str]) -> list[tuple[Chunk, float, float]]:
+        """Every chunk of ``docs``, whatever its label, with both raw leg scores, the keyword one
+        weighed by the statistics of ``labels`` (as ``search`` weighs its candidates): an upload
+        under review ranked against the live chunks (the collision probe)."""
+        label_sql, label_args = ("AND label = ANY(%s)", [labels]) if labels is not None else ("", [])
+        with self.transaction(read=True):
+            self.x("SET TRANSACTION ISOLATION LEVEL REPEATABLE READ")
+            _, weights, _ = self._query_weights(Counter(term_id(t) for t in bm25_tokens(query)), label_sql, label_args)
+            rows = self.x(f"{_SCORED} WHERE doc = ANY(%s) AND embedding IS NOT NULL ORDER BY doc, idx",
+                          (sparse_literal(weights), vector_literal(qvec), list(docs)))
+        return _scored(rows)
+
+    def _query_weights(self, counts: Counter[int], label_sql: str,
+                       label_args: list[Any]) -> tuple[dict[int, int], dict[int, float], int]:
+        """(df per query term that a counted chunk holds, the query's weight per such term: its
+        count times its IDF, the chunks counted), from the statistics of the labels."""
+        terms = sorted(counts)
+        n_chunks = int(self.x(f"SELECT coalesce(sum(n), 0) FROM label_stats WHERE true {label_sql}", label_args)[0][0])
+        dfs = dict(self.x(f"SELECT term, sum(df)::int FROM term_df WHERE term = ANY(%s::bigint[]) {label_sql} "
+                          "GROUP BY term HAVING sum(df) > 0", (terms, *label_args))) if terms else {}
+        return dfs, {t: counts[t] * lucene_idf(dfs[t], n_chunks) for t in terms if t in dfs}, n_chunks
 
     def idf(self, terms: list[str], labels: list[str] | None) -> dict[str, float]:
         ids = {t: term_id(t) for t in dict.fromkeys(terms)}
