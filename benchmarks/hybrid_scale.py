@@ -117,8 +117,11 @@ def render(rows: list[dict], args: argparse.Namespace) -> None:
              "skipped). Not a recall: with a first pass, min-max fusion normalises over the ~200 candidates instead of "
              "every visible chunk, so the two rank on different scales (the dense first pass's recall is in scale.md).", "",
              "The keyword leg's first pass reads the rare query terms' postings first and stops once they "
-             "prove the top n (`BM25Scorer.top`, MaxScore); `every chunk` is the same engine, in the same run, "
-             "query by query, with that leg scoring every chunk instead (what it did before).", "",
+             "prove the top n (`BM25Scorer.top`, MaxScore); a query of common words scores every chunk from "
+             "each term's weighed postings, kept for the terms read last, and ranks only the positive scores. "
+             "`every chunk` is the same engine, in the same run, query by query, with that leg scoring every "
+             "chunk for every query and ranking all of them (`scores` + `top_n`, what it did before the first "
+             "pass; it reads the same kept postings).", "",
              "| chunks | clearance | BM25 fit s | ANN build s | p50 ms | p99 ms | every chunk: p50 ms | p99 ms | "
              "agreement@10 (queries) |",
              "|---|---|---|---|---|---|---|---|---|"]
