@@ -139,3 +139,19 @@ def test_a_hidden_search_box_is_chrome_and_goes_unannounced_but_hidden_content_i
     assert [r.getMessage() for r in caplog.records if "browser would not show" in r.getMessage()] == [
         "setup.html: dropped 1 element(s) a browser would not show (hidden, display:none, visibility, zero size, "
         "opacity or font, white or transparent text, off-screen, clipped, fallback content, closed details)"]
+
+
+def test_inline_styles_are_read_once_each_and_long_ones_are_not_kept():
+    """The same hiding style on many elements hides each of them, parsed once; a style longer
+    than ``MAX_REMEMBERED_STYLE`` still hides its element and is not remembered (#34)."""
+    from microrag_engine.load import html as h
+
+    h._short_style.cache_clear()
+    filler = "color: black; " * 40  # > 256 characters
+    page = ("<p>Shown text stays.</p>" + "".join(f'<span style="display:none">secret {i}</span>' for i in range(50))
+            + f'<div style="{filler}display: none">long secret</div>')
+    text = h.html_text(page, "styles.html")
+    assert "Shown text stays." in text and "secret" not in text
+    info = h._short_style.cache_info()
+    assert info.currsize == 1 and info.hits >= 49  # one short style, parsed once
+    assert len(filler) > h.MAX_REMEMBERED_STYLE
