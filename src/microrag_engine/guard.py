@@ -142,11 +142,17 @@ _SEPARATORS = rx.compile(r"[ ._\-\s]")
 def canonical(text: str) -> str:
     """NFKC, invisible characters dropped, confusables mapped, obfuscations collapsed."""
     text = unicodedata.normalize("NFKC", visible(text))
-    if not text.isascii():  # no ASCII character is invisible
-        text = _drop_hidden(text, keep_joiners=False)
-    text = text.translate(confusables())
-    text = _AT.sub(lambda m: "@" + (m.group(1) or ""), text)
-    text = _DOT.sub(".", text)
+    if not text.isascii():  # no ASCII character is invisible, nor confusable (the table maps others)
+        text = _drop_hidden(text, keep_joiners=False).translate(confusables())
+    # Each pattern needs a bracket, or an "at" after whitespace: most sentences have neither, and a
+    # substring test costs a fraction of a call into RE2 (the screen canonicalises every window).
+    if any(b in text for b in "[({<"):
+        text = _AT.sub(lambda m: "@" + (m.group(1) or ""), text)
+        text = _DOT.sub(".", text)
+    elif "at" in text.lower():  # (?i): "AT", "At"; the whitespace before it is checked by the pattern
+        text = _AT.sub(lambda m: "@" + (m.group(1) or ""), text)
+    if _SPACED.search(text) is None:  # (one call into RE2, where sub makes several)
+        return text
     return _SPACED.sub(lambda m: _collapse(m, text), text)
 
 

@@ -120,14 +120,19 @@ def features_many(texts: Sequence[str]) -> list[np.ndarray]:
     texts is dropped), so a page's hundreds of windows cost a few array operations, not a few
     per window (#34: the screen was a quarter of an ingest's CPU)."""
     canons = [" ".join(guard.canonical(t).lower().split()) for t in texts]
-    crc: dict[str, int] = {}  # a window pair repeats its sentences' words
-    keys: list[np.ndarray] = []
-    for w, canon in enumerate(canons):
+    # Every text's word grams in one list, each distinct one hashed once (a window pair repeats its
+    # sentences' words) and looked up by a C-level map: a generator per gram was a third of the screen.
+    grams: list[str] = []
+    counts: list[int] = []
+    for canon in canons:
         toks = _TOKEN.findall(canon)
-        grams = [f"w:{t}" for t in toks] + [f"b:{a} {b}" for a, b in zip(toks, toks[1:])]
-        hashed = np.fromiter((crc[k] if k in crc else crc.setdefault(k, zlib.crc32(k.encode("utf-8"))) for k in grams),
-                             dtype=np.uint64, count=len(grams))
-        keys.append(np.uint64(w) * np.uint64(DIM) + hashed % np.uint64(DIM))
+        grams += [f"w:{t}" for t in toks]
+        grams += [f"b:{a} {b}" for a, b in zip(toks, toks[1:])]
+        counts.append(2 * len(toks) - 1 if toks else 0)
+    crc = {k: zlib.crc32(k.encode("utf-8")) for k in dict.fromkeys(grams)}
+    hashed = np.fromiter(map(crc.__getitem__, grams), dtype=np.uint64, count=len(grams))
+    owners = np.repeat(np.arange(len(canons), dtype=np.uint64), counts)
+    keys: list[np.ndarray] = [owners * np.uint64(DIM) + hashed % np.uint64(DIM)]
     padded = "".join(f" {c} " for c in canons)
     codes = np.frombuffer(padded.encode("utf-32-le"), dtype=np.uint32).astype(np.uint64)
     owner = np.repeat(np.arange(len(canons), dtype=np.uint64), [len(c) + 2 for c in canons])
