@@ -48,8 +48,8 @@ class Hit:
 
     chunk: Chunk
     hybrid: float
-    kw: float  # keyword leg, normalised over the candidates
-    em: float  # embedding leg, normalised over the candidates
+    kw: float  # keyword leg, normalised over the candidates (above ann_threshold: scaled from its least over every visible chunk)
+    em: float  # embedding leg, likewise
     raw_kw: float
     raw_em: float
     rerank: float | None = None  # p(relevant) from the cross-encoder, when reranking is on

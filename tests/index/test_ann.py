@@ -442,3 +442,32 @@ def test_the_keyword_first_pass_from_rare_terms_ranks_as_scoring_every_chunk(mon
     assert len(calls) == 3 * len(queries) and sum(calls) > len(calls) // 2  # the rare-term path answered most
     monkeypatch.setattr(BM25Scorer, "top", lambda self, *a: None)  # score every chunk
     assert run() == pruned
+
+
+def test_a_first_pass_normalises_as_every_chunk_would(big, monkeypatch):
+    """Above ``ann_threshold`` min-max fusion scales each leg by its least score over every
+    visible chunk (``leg_floors``), not over the candidates: the whole top k and its fused
+    scores are those of scoring every chunk (#35: 0.37 of the top 10 agreed at 1M before)."""
+    import microrag_engine.retrieve as retrieve_mod
+
+    monkeypatch.setattr(HNSW, "exact_max", 500)
+    chunks, index = big
+    settings = override(preset("default"), keyword="bm25", embedder="hash", ann_threshold=1000, first_pass=50,
+                        gate="none")
+    ann_index = build_index(chunks, "bm25", "hash")
+    ann_index.ann = _maybe_ann(ann_index.vectors, settings)
+    rng = random.Random(5)
+    queries = [" ".join(rng.choices(WORDS, k=3)) for _ in range(30)]
+
+    def agreeing() -> int:
+        same = 0
+        for q in queries:
+            exact = [(h.chunk.id, h.hybrid) for h in retrieve(index, q, settings).hits]
+            approx = [(h.chunk.id, h.hybrid) for h in retrieve(ann_index, q, settings).hits]
+            same += [c for c, _ in exact] == [c for c, _ in approx] and np.allclose(
+                [s for _, s in exact], [s for _, s in approx], rtol=0, atol=1e-6)
+        return same
+
+    assert agreeing() >= 28
+    monkeypatch.setattr(retrieve_mod, "leg_floors", lambda *a: (None, None))  # the candidates' own least scores
+    assert agreeing() < 28

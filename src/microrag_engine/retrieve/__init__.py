@@ -97,7 +97,8 @@ def retrieve(
         first, kw_first = first_pass(index, keyword, query, q, settings.first_pass, allowed,
                                      lambda: _keyword_scores(index, query, scoped, scoped_on, allowed))
         return rank_candidates(query, [index.chunks[i] for i in first], kw_first, index.vectors[first] @ q,
-                               settings, safeguards, ceiling, None if penalty is None else penalty[first], named)
+                               settings, safeguards, ceiling, None if penalty is None else penalty[first], named,
+                               floors=leg_floors(index, query, q, allowed))
     cand = None if allowed is None else np.flatnonzero(allowed)  # (no arange of every chunk per query)
     kw_full = _keyword_scores(index, query, scoped, scoped_on, allowed) if scoped is not None else None
     if allowed is None:  # no filter: skip copying every chunk and score array
@@ -130,6 +131,19 @@ def first_pass(index: Index, keyword: KeywordScorer | None, query: str, q: np.nd
     return first, keyword.scores_at(query, first) if keyword is not None else np.zeros(len(first))
 
 
+def leg_floors(index: Index, query: str, q: np.ndarray, allowed: np.ndarray | None) -> tuple[float, float | None]:
+    """Each leg's least score over every chunk ``allowed``, so that a first pass's candidates are
+    normalised as every chunk would be (``fuse.minmax``). The keyword leg's is 0: some chunk holds
+    none of the query's terms, unless every chunk holds one, and then the commonest such term
+    weighs next to nothing (a term in every chunk has an IDF of about 0.5 / N). The dense leg's
+    is the cosine of the allowed chunk farthest from the query, found by the ANN searching for
+    the opposite of the query (approximate: a floor below the true one compresses that leg a
+    little, as normalising over the candidates alone did a lot more)."""
+    assert index.ann is not None
+    far = index.ann.top(-q, 1, allowed)
+    return 0.0, float((index.vectors[far] @ q)[0]) if far.size else None
+
+
 def _keyword_scores(index: Index, query: str, scoped, scoped_on: np.ndarray | None,
                     allowed: np.ndarray | None) -> np.ndarray:
     """Every chunk's keyword score (0 for those ``scoped``, a clearance's scorer, does not count)."""
@@ -160,6 +174,7 @@ def rank_candidates(
     kw_ceiling: float = 0.0,
     penalty: np.ndarray | None = None,
     named: Mapping[str, float] | None = None,
+    floors: tuple[float | None, float | None] = (None, None),
 ) -> Retrieval:
     """Fuse, gate, cap and cut candidates whose raw leg scores are already known.
 
@@ -167,17 +182,19 @@ def rank_candidates(
     leg's first-pass top-N (a database backend); normalisation is over them.
     ``penalty`` (aligned with ``chunks``) is subtracted from the fused score with safeguards on, and
     so is ``named`` (per document: the name prior, negative) for the candidates' documents.
+    ``floors``: each leg's least score over every chunk the candidates were drawn from
+    (``leg_floors``), so min-max fusion scales them as it would every chunk.
     """
     if not chunks:
         return Retrieval(query, [], refused=safeguards, reason="nothing matched the query" if safeguards else "")
     # float64 throughout: float32 cosines would let a blend print as 1.0000000238
     raw_kw, raw_em = np.asarray(raw_kw, dtype=np.float64), np.asarray(raw_em, dtype=np.float64)
-    kw_n, em_n = minmax(raw_kw), minmax(raw_em)
+    kw_n, em_n = minmax(raw_kw, floors[0]), minmax(raw_em, floors[1])
     w_kw = dynamic_w_kw(query, settings.w_kw) if settings.dynamic_w_kw else settings.w_kw
     if settings.fusion == "rrf":
         hybrid = fuse_rrf(raw_kw, raw_em, w_kw, settings.rrf_k)
     else:
-        hybrid = fuse_minmax(raw_kw, raw_em, w_kw)
+        hybrid = fuse_minmax(raw_kw, raw_em, w_kw, floors)
     ranking = hybrid
     if safeguards and named:
         by_doc = _per_candidate(chunks, named)

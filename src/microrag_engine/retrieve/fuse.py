@@ -12,19 +12,24 @@ import numpy as np
 from .. import rx
 
 
-def minmax(x: np.ndarray) -> np.ndarray:
-    """Scale to [0, 1]; when every value is equal, all become 0 (the seed's rule)."""
+def minmax(x: np.ndarray, floor: float | None = None) -> np.ndarray:
+    """Scale to [0, 1]; when every value is equal, all become 0 (the seed's rule). ``floor``:
+    the least value over a larger set these are drawn from (a first pass's candidates out of
+    every chunk), which then maps to 0 instead of the least of ``x``."""
     if x.size == 0:
         return x.astype(np.float64)
     lo, hi = float(x.min()), float(x.max())
+    if floor is not None:
+        lo = min(lo, floor)
     if hi - lo <= 0:
         return np.zeros_like(x, dtype=np.float64)
     return (x - lo) / (hi - lo)
 
 
-def fuse_minmax(kw: np.ndarray, em: np.ndarray, w_kw: float) -> np.ndarray:
-    """Convex blend of min-max-normalised legs: ``w_kw*kw + (1-w_kw)*em``."""
-    return w_kw * minmax(kw) + (1.0 - w_kw) * minmax(em)
+def fuse_minmax(kw: np.ndarray, em: np.ndarray, w_kw: float,
+                floors: tuple[float | None, float | None] = (None, None)) -> np.ndarray:
+    """Convex blend of min-max-normalised legs: ``w_kw*kw + (1-w_kw)*em`` (``floors``: each leg's, see ``minmax``)."""
+    return w_kw * minmax(kw, floors[0]) + (1.0 - w_kw) * minmax(em, floors[1])
 
 
 def ranks(x: np.ndarray) -> np.ndarray:

@@ -34,7 +34,7 @@ import numpy as np
 
 from ..engine import Engine
 from ..index.embed import Embedder
-from ..retrieve import first_pass, keyword_ceiling, rank_candidates
+from ..retrieve import first_pass, keyword_ceiling, leg_floors, rank_candidates
 from ..store.base import SearchableStore
 from ..types import Chunk, Retrieval
 
@@ -149,6 +149,7 @@ def _ranked(engine: Engine, question: str, qv: np.ndarray, live: np.ndarray, min
     colliding passage is never missed for falling outside the first pass, and a probe costs a
     query's time rather than a pass over a million chunks."""
     index, settings = engine.index, engine.settings
+    floors: tuple[float | None, float | None] = (None, None)
     if index.ann is None:
         cand = np.flatnonzero(live | mine)
         kw = index.kw_scores(question)[cand]
@@ -157,8 +158,9 @@ def _ranked(engine: Engine, question: str, qv: np.ndarray, live: np.ndarray, min
                               lambda: index.kw_scores(question))
         cand = np.union1d(first, np.flatnonzero(mine))
         kw = index.keyword.scores_at(question, cand) if index.keyword is not None else np.zeros(len(cand))
+        floors = leg_floors(index, question, qv, live | mine)
     return rank_candidates(question, [index.chunks[i] for i in cand], kw, index.vectors[cand] @ qv, settings, True,
-                           keyword_ceiling(index, question))
+                           keyword_ceiling(index, question), floors=floors)
 
 
 def _ranked_in_store(engine: Engine, store: SearchableStore, doc: str, labels: list[str], passes: LivePasses,
