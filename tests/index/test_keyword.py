@@ -233,14 +233,29 @@ def test_removing_most_chunks_drops_the_terms_only_they_held():
 
 def test_weighed_postings_are_kept_within_their_budget(monkeypatch):
     """The weighed postings of the terms read last are kept, the oldest dropped past
-    ``ADDEND_POSTINGS`` per chunk; the scores do not depend on what is kept."""
-    monkeypatch.setattr(keyword, "ADDEND_POSTINGS", 0.001)  # 250 postings at the floor of 250,000 chunks
+    ``ADDEND_POSTINGS`` per chunk (each term charged ``ENTRY_POSTINGS`` more) or past
+    ``MAX_ADDEND_TERMS`` terms; the scores do not depend on what is kept."""
+    monkeypatch.setattr(keyword, "ADDEND_POSTINGS", 0.08)  # 2,000 at the floor of 25,000 chunks
     rng = np.random.default_rng(5)
     texts = [" ".join(rng.choice(ZIPF, size=12)) for _ in range(300)]
     scorer, fresh = BM25Scorer(0.9, 0.4).fit(texts), BM25Scorer(0.9, 0.4).fit(texts)
     for word in ZIPF:
         got = scorer.scores(f"{word} w1")
-        assert sum(len(idx) for idx, _ in scorer._added.values()) <= 250 or len(scorer._added) == 1
-        monkeypatch.setattr(keyword, "ADDEND_POSTINGS", 0.0)  # the reference keeps none
+        held = sum(len(idx) + keyword.ENTRY_POSTINGS for idx, _ in scorer._added.values())
+        assert held == scorer._added_held and (held <= 2000 or len(scorer._added) == 1)
+        monkeypatch.setattr(keyword, "ADDEND_POSTINGS", 0.0)  # the reference keeps one term at a time
         assert np.array_equal(got, fresh.scores(f"{word} w1"))
-        monkeypatch.setattr(keyword, "ADDEND_POSTINGS", 0.001)
+        monkeypatch.setattr(keyword, "ADDEND_POSTINGS", 0.08)
+    monkeypatch.setattr(keyword, "MAX_ADDEND_TERMS", 5)
+    scorer.scores(" ".join(ZIPF))
+    assert len(scorer._added) == 5
+
+
+def test_top_picks_the_first_of_tied_chunks_and_nothing_for_n_0():
+    """Chunks tied at the n-th score: the first ones in index order, on the rare-term pass and on
+    the pass over every chunk alike (the same query always finds the same chunks)."""
+    texts = ["kiwi words"] * 300 + ["plain words"] * 3000
+    scorer = BM25Scorer(0.9, 0.4).fit(texts)
+    assert scorer.top("kiwi", 10).tolist() == list(range(10))  # rare: read from kiwi's postings
+    assert sorted(scorer.top("words", 10).tolist()) == list(range(10))  # common: every chunk scored
+    assert scorer.top("kiwi", 0).size == 0 and scorer.top("words", 0).size == 0

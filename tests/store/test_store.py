@@ -834,3 +834,30 @@ def test_postgres_fields_of_an_older_index_are_filled_in_on_open():
     finally:
         store.drop()
         store.close()
+
+
+@needs_pg
+def test_postgres_scores_an_upload_under_review_as_it_will_score_live(tmp_path):
+    """``scores_of`` (the collision probe, #35) counts the upload in the statistics: a word only
+    the quarantined upload holds weighs there what ``search`` gives it once the upload is live,
+    and so does the ceiling the gate reads."""
+    files = {f"d{i}.md": " ".join(random.Random(i).choices(["alpha", "beta", "gamma", "vpn", "port"], k=30))
+             for i in range(6)}
+    store = _pg_store()
+    try:
+        ingest_paths(store, [write(tmp_path / "docs", files)], SEED)
+        ingest_paths(store, [write(tmp_path / "up", {"new.md": "zorblax gateway settings for the vpn port"})], SEED,
+                     label="_quarantine")
+        doc = next(d for d, r in store.documents().items() if r.label == "_quarantine")
+        qvec = Engine.from_store(store, SEED, remote=False).index.embedder.embed(["zorblax vpn"])[0]
+        held, held_ceiling = store.scores_of("zorblax vpn", qvec, ["public"], [doc])
+        assert held and all(c.doc == doc for c, _, _ in held)
+        store.relabel(doc, "public")
+        live, live_ceiling = store.search("zorblax vpn", qvec, ["public"], n=100)
+        scores = {c.id: kw for c, kw, _ in live}
+        assert held_ceiling == pytest.approx(live_ceiling, rel=1e-6)
+        for c, kw, _ in held:  # (within 2%: going live moves the mean length the stored weights are normalised by)
+            assert kw > 0 and kw == pytest.approx(scores[c.id], rel=0.02)
+    finally:
+        store.drop()
+        store.close()

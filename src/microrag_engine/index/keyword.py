@@ -150,6 +150,7 @@ class BM25Scorer:
         # Per term id: its postings' chunk numbers and what each adds to the score (``_addends``), the
         # terms read last first out, up to ``ADDEND_POSTINGS`` per chunk in all.
         self._added: OrderedDict[int, tuple[np.ndarray, np.ndarray]] = OrderedDict()
+        self._added_held = 0  # what they hold, in postings (each entry charged ENTRY_POSTINGS more)
         self._added_lock = threading.Lock()
 
     def fit(self, texts: Sequence[str]) -> BM25Scorer:
@@ -331,12 +332,13 @@ class BM25Scorer:
         w = tf / (self._norms()[idx] + tf)
         w *= np.float32(lucene_idf(df, self.n))  # bm25s keeps IDF as float32, multiplies in float64
         found = (idx, w.astype(np.float32))
-        budget = ADDEND_POSTINGS * max(self.n, 250_000)
+        budget = ADDEND_POSTINGS * max(self.n, 25_000)
         with self._added_lock:  # threads may both weigh a term: the same arrays
-            self._added[i] = found
-            held = sum(len(a) for a, _ in self._added.values())
-            while held > budget and len(self._added) > 1:
-                held -= len(self._added.popitem(last=False)[1][0])
+            if i not in self._added:
+                self._added[i] = found
+                self._added_held += len(idx) + ENTRY_POSTINGS
+            while len(self._added) > 1 and (self._added_held > budget or len(self._added) > MAX_ADDEND_TERMS):
+                self._added_held -= len(self._added.popitem(last=False)[1][0]) + ENTRY_POSTINGS
         return found
 
     def _query_terms(self, query: str) -> list[tuple[int, int, float]]:
@@ -406,7 +408,7 @@ class BM25Scorer:
         every chunk is scored instead (``_top_of_every``: about as cheap then). A chunk this
         scorer does not count (a masked view's hidden ones) or ``allowed`` leaves out is never
         among them. Never None: BM25 always finds its top n without the caller's help."""
-        if self.n == 0:
+        if self.n == 0 or n <= 0:
             return np.zeros(0, dtype=np.int64)
         terms = self._query_terms(query)
         if not terms:
@@ -435,7 +437,7 @@ class BM25Scorer:
             cand = np.unique(np.concatenate(pieces))
             got = self._score_ordered(terms, cand)
             cand, got = cand[got > 0], got[got > 0]
-            best = cand if cand.size <= n else cand[np.argpartition(-got, n - 1)[:n]]
+            best = _best(cand, got, n)
             if rare == len(distinct):
                 return best.astype(np.int64)  # every term read: exact
             # Most a chunk without any rare term can score (float32 sums: a small margin).
@@ -454,11 +456,17 @@ class BM25Scorer:
         # Partitioned among the positive scores only: numpy's introselect slows five-fold on an
         # array of mostly equal values (a small clearance leaves 99% of it 0).
         pos = np.flatnonzero(out > 0)
-        if pos.size <= n:
-            return pos
-        got = out[pos]
-        cand = pos[got >= np.partition(got, pos.size - n)[pos.size - n]]
-        return cand if cand.size <= n else cand[np.argpartition(-out[cand], n - 1)[:n]]
+        return _best(pos, out[pos], n)
+
+
+def _best(at: np.ndarray, got: np.ndarray, n: int) -> np.ndarray:
+    """The ``n`` positions of ``at`` (ascending) with the highest ``got``; of those tied with the
+    n-th, the first in index order, so the same query always finds the same chunks."""
+    if at.size <= n:
+        return at.astype(np.int64)
+    nth = np.partition(got, at.size - n)[at.size - n]
+    above = at[got > nth]
+    return np.concatenate([above, at[got == nth][: n - above.size]]).astype(np.int64)
 
 
 # ``updated``: once more than this share of the vocabulary is terms no chunk holds any more (their
@@ -475,10 +483,15 @@ def _without_dead_terms(vocab: dict[str, int], counts: np.ndarray) -> tuple[dict
     return {t: int(renumber[i]) for t, i in vocab.items() if live[i]}, counts[live]
 
 
-# ``_addends``: the weighed postings kept, per chunk counted (at least 250,000 chunks' worth): 12
-# bytes each, so 96 MB at 1M chunks; a query of common words reads a few million, and a set of
-# queries that needs more weighs a term again each time (7 ms for a million postings).
+# ``_addends``: the weighed postings kept, per chunk counted (at least 25,000 chunks' worth): 12
+# bytes each, so 96 MB at 1M chunks (a clearance's view counts its visible chunks: the engine keeps
+# up to 16 views); a query of common words reads a few million, and a set of queries that needs
+# more weighs a term again each time (7 ms for a million postings). Each term kept is charged
+# ``ENTRY_POSTINGS`` more (its arrays' and the dict's overhead, ~500 bytes), and at most
+# ``MAX_ADDEND_TERMS`` are kept: a query of a thousand rare words cannot fill the budget with entries.
 ADDEND_POSTINGS = 8
+ENTRY_POSTINGS = 40
+MAX_ADDEND_TERMS = 10_000
 
 # ``top``: the rare terms' postings are read first while they number at most this share of the
 # chunks; past it every chunk is scored (``scores``), which then costs about as much.

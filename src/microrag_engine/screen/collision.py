@@ -36,7 +36,7 @@ from ..engine import Engine
 from ..index.embed import Embedder
 from ..retrieve import first_pass, keyword_ceiling, leg_floors, rank_candidates
 from ..store.base import SearchableStore
-from ..types import Chunk, Retrieval
+from ..types import Retrieval
 
 MIN_UNRELATED = 5  # mutually unrelated probes one passage may win before its document is held
 UNRELATED = 0.2  # two probe questions with a cosine below this are about different things
@@ -122,7 +122,10 @@ def probe(engine: Engine, doc: str, questions: Sequence[str], vectors: ProbeVect
             return Surfacing([], [])
         live_chunks = np.array([not str(label).startswith("_") and (readable is None or label in readable)
                                 for label in engine.labels], dtype=bool)
-        rank = partial(_ranked, engine, live=live_chunks & ~mine, mine=mine)
+        live_only, either = live_chunks & ~mine, live_chunks | mine
+        for mask in (live_only, either):  # read-only: the ANN keeps its search plan for a mask it knows unchanged
+            mask.setflags(write=False)
+        rank = partial(_ranked, engine, live=live_only, mine=mine, either=either)
     qv = vectors(list(questions))
     won: list[int] = []
     by_passage: dict[str, list[int]] = {}
@@ -142,7 +145,8 @@ def probe(engine: Engine, doc: str, questions: Sequence[str], vectors: ProbeVect
     return Surfacing([questions[j] for j in won], best, passage)
 
 
-def _ranked(engine: Engine, question: str, qv: np.ndarray, live: np.ndarray, mine: np.ndarray) -> Retrieval:
+def _ranked(engine: Engine, question: str, qv: np.ndarray, live: np.ndarray, mine: np.ndarray,
+            either: np.ndarray) -> Retrieval:
     """``question`` ranked over the ``live`` chunks and the document's own (``mine``), as a query
     ranks it: every chunk scored below ``ann_threshold``; above it, each leg's first pass over
     the live chunks (what a query's candidates would be) and every chunk of the document, so a
@@ -151,14 +155,14 @@ def _ranked(engine: Engine, question: str, qv: np.ndarray, live: np.ndarray, min
     index, settings = engine.index, engine.settings
     floors: tuple[float | None, float | None] = (None, None)
     if index.ann is None:
-        cand = np.flatnonzero(live | mine)
+        cand = np.flatnonzero(either)
         kw = index.kw_scores(question)[cand]
     else:
         first, _ = first_pass(index, index.keyword, question, qv, settings.first_pass, live,
                               lambda: index.kw_scores(question))
         cand = np.union1d(first, np.flatnonzero(mine))
         kw = index.keyword.scores_at(question, cand) if index.keyword is not None else np.zeros(len(cand))
-        floors = leg_floors(index, question, qv, live | mine)
+        floors = leg_floors(index, question, qv, either)
     return rank_candidates(question, [index.chunks[i] for i in cand], kw, index.vectors[cand] @ qv, settings, True,
                            keyword_ceiling(index, question), floors=floors)
 
@@ -166,11 +170,12 @@ def _ranked(engine: Engine, question: str, qv: np.ndarray, live: np.ndarray, min
 def _ranked_in_store(engine: Engine, store: SearchableStore, doc: str, labels: list[str], passes: LivePasses,
                      question: str, qv: np.ndarray) -> Retrieval:
     """``question`` ranked as the database ranks a query of ``labels``: the live chunks' first
-    pass (from ``passes``: documents no longer live since it was kept are left out) and every
-    chunk of ``doc``, weighed by the same statistics."""
+    pass (its chunks from ``passes``, those of documents no longer live left out) and every
+    chunk of ``doc``, all scored now with the statistics of ``labels`` and ``doc`` together (the
+    upload counted as if live: a word only it holds weighs what it will then)."""
     live_docs = {d for d, r in engine.records.items() if r.label in labels and d != doc}
-    found, ceiling = passes(store, question, qv, labels, engine.settings.first_pass)
-    rows = [f for f in found if f[0].doc in live_docs] + store.scores_of(question, qv, labels, [doc])
+    ids = [cid for cid, d in passes(store, question, qv, labels, engine.settings.first_pass) if d in live_docs]
+    rows, ceiling = store.scores_of(question, qv, labels, [doc], ids)
     return rank_candidates(question, [c for c, _, _ in rows], np.array([k for _, k, _ in rows]),
                            np.array([e for _, _, e in rows]), engine.settings, True, ceiling)
 
@@ -181,28 +186,31 @@ LIVE_PASS_S = 600.0
 
 class LivePasses:
     """Each probe question's first pass over the live chunks of a clearance, from the database
-    (``SearchableStore.search``), kept ``max_age`` seconds: asked again for every upload, ~300
-    probes would cost ~300 searches under the write lock each time. What it misses meanwhile:
-    documents that went live since are not among the candidates (a page then looks likelier to
-    win than it is: held for a person, never waved through), and the live chunks' keyword
-    scores keep the statistics of when they were found. Documents removed since are dropped
-    by the caller."""
+    (``SearchableStore.search``): which chunks, of which documents, kept ``max_age`` seconds
+    (asked again for every upload, ~300 probes would cost ~300 searches under the write lock
+    each time). The chunks are scored again for each upload; what the kept pass misses is the
+    documents that went live since, which are not among the candidates (a page then looks
+    likelier to win than it is: held for a person, not waved through). Documents removed since
+    are dropped by the caller."""
 
     def __init__(self, max_age: float = LIVE_PASS_S, limit: int = 4096) -> None:
         self.max_age, self.limit = max_age, limit
         self.store: SearchableStore | None = None
-        self.kept: dict[tuple[str, tuple[str, ...], int], tuple[float, list[tuple[Chunk, float, float]], float]] = {}
+        self.kept: dict[tuple[str, tuple[str, ...], int], tuple[float, list[tuple[str, str]]]] = {}
 
     def __call__(self, store: SearchableStore, question: str, qv: np.ndarray, labels: list[str],
-                 n: int) -> tuple[list[tuple[Chunk, float, float]], float]:
+                 n: int) -> list[tuple[str, str]]:
+        """(chunk id, document) of the first pass for ``question`` over ``labels``."""
         if store is not self.store:
             self.store, self.kept = store, {}
         key, now = (question, tuple(labels), n), time.monotonic()
         hit = self.kept.get(key)
         if hit is not None and now - hit[0] < self.max_age:  # (0: never reused)
-            return hit[1], hit[2]
-        found, ceiling = store.search(question, qv, labels, n=n)
+            return hit[1]
+        found = [(c.id, c.doc) for c, _, _ in store.search(question, qv, labels, n=n)[0]]
         if len(self.kept) >= self.limit:
-            self.kept.clear()
-        self.kept[key] = (now, found, ceiling)
-        return found, ceiling
+            self.kept = {k: v for k, v in self.kept.items() if now - v[0] < self.max_age}  # the expired go first
+            if len(self.kept) >= self.limit:
+                self.kept.clear()
+        self.kept[key] = (now, found)
+        return found

@@ -15,7 +15,7 @@ import fnmatch
 import json
 import re
 from abc import ABC, abstractmethod
-from collections.abc import Collection
+from collections.abc import Collection, Sequence
 from contextlib import AbstractContextManager, nullcontext
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -315,11 +315,12 @@ class SearchableStore(Store):
         ``where`` only one the store ``filters`` itself; statistics stay per label)."""
 
     @abstractmethod
-    def scores_of(self, query: str, qvec: np.ndarray, labels: list[str] | None,
-                  docs: list[str]) -> list[tuple[Chunk, float, float]]:
-        """Every chunk of ``docs``, whatever its label, with both raw leg scores as ``search``
-        gives them, the keyword one from the statistics of ``labels``: an upload under review
-        ranked against the live chunks (``screen.collision``)."""
+    def scores_of(self, query: str, qvec: np.ndarray, labels: list[str] | None, docs: list[str],
+                  ids: Sequence[str] = ()) -> tuple[list[tuple[Chunk, float, float]], float]:
+        """The chunks ``ids`` and every chunk of ``docs`` (an upload under review, not labelled
+        ``labels``), with both raw leg scores as ``search`` gives them and the query's keyword
+        ceiling, the statistics those of ``labels`` with ``docs``' chunks counted in
+        (``screen.collision``: the upload ranked against the live chunks as if it were live)."""
 
     @abstractmethod
     def filters(self, where: DocFilter) -> bool:

@@ -619,18 +619,28 @@ class PostgresStore(SearchableStore):
         ceiling = sum(lucene_idf(dfs.get(term_id(t), 0), n_chunks) for t in tokens)
         return _scored(rows), ceiling
 
-    def scores_of(self, query: str, qvec: np.ndarray, labels: list[str] | None,
-                  docs: list[str]) -> list[tuple[Chunk, float, float]]:
-        """Every chunk of ``docs``, whatever its label, with both raw leg scores, the keyword one
-        weighed by the statistics of ``labels`` (as ``search`` weighs its candidates): an upload
-        under review ranked against the live chunks (the collision probe)."""
+    def scores_of(self, query: str, qvec: np.ndarray, labels: list[str] | None, docs: list[str],
+                  ids: Sequence[str] = ()) -> tuple[list[tuple[Chunk, float, float]], float]:
+        """The chunks ``ids`` and every chunk of ``docs`` (not labelled ``labels``: an upload under
+        review), with both raw leg scores and the query's keyword ceiling, the keyword weights
+        from the statistics of ``labels`` with ``docs``' chunks counted in, as if they were live:
+        a word only the upload holds weighs what it will once the upload is live."""
+        counts = Counter(term_id(t) for t in bm25_tokens(query))
         label_sql, label_args = ("AND label = ANY(%s)", [labels]) if labels is not None else ("", [])
+        outside = ("AND NOT (label = ANY(%s))", [labels]) if labels is not None else ("AND false", [])
         with self.transaction(read=True):
             self.x("SET TRANSACTION ISOLATION LEVEL REPEATABLE READ")
-            _, weights, _ = self._query_weights(Counter(term_id(t) for t in bm25_tokens(query)), label_sql, label_args)
-            rows = self.x(f"{_SCORED} WHERE doc = ANY(%s) AND embedding IS NOT NULL ORDER BY doc, idx",
-                          (sparse_literal(weights), vector_literal(qvec), list(docs)))
-        return _scored(rows)
+            dfs, _, n_chunks = self._query_weights(counts, label_sql, label_args)
+            n_chunks += int(self.x(f"SELECT count(*) FROM chunks WHERE doc = ANY(%s) {outside[0]}",
+                                   (list(docs), *outside[1]))[0][0])
+            for term, df in self.x(f"SELECT t, count(*) FROM chunks, unnest(terms) t WHERE doc = ANY(%s) {outside[0]} "
+                                   "AND t = ANY(%s::bigint[]) GROUP BY t", (list(docs), *outside[1], sorted(counts))):
+                dfs[term] = dfs.get(term, 0) + int(df)
+            weights = {t: counts[t] * lucene_idf(dfs[t], n_chunks) for t in counts if t in dfs}
+            rows = self.x(f"{_SCORED} WHERE (id = ANY(%s) OR doc = ANY(%s)) AND embedding IS NOT NULL ORDER BY doc, idx",
+                          (sparse_literal(weights), vector_literal(qvec), list(ids), list(docs)))
+        ceiling = sum(lucene_idf(dfs.get(term_id(t), 0), n_chunks) for t in bm25_tokens(query))
+        return _scored(rows), ceiling
 
     def _query_weights(self, counts: Counter[int], label_sql: str,
                        label_args: list[Any]) -> tuple[dict[int, int], dict[int, float], int]:
