@@ -471,3 +471,32 @@ def test_a_first_pass_normalises_as_every_chunk_would(big, monkeypatch):
     assert agreeing() >= 28
     monkeypatch.setattr(retrieve_mod, "leg_floors", lambda *a: (None, None))  # the candidates' own least scores
     assert agreeing() < 28
+
+
+def test_least_cosine_is_exact_below_the_sample_and_near_above(big, monkeypatch):
+    """The dense floor (``Index.least_cosine``): every row of an index smaller than the sample;
+    above it a strided sample's least (never below the true least, within its lowest 1%), and
+    for a clearance too small to show in the sample, the ANN's farthest allowed vector."""
+    import microrag_engine.index as index_mod
+
+    chunks, _ = big
+    index = build_index(chunks, "bm25", "hash")
+    rng = np.random.default_rng(2)
+    for _ in range(5):
+        q = index.vectors[rng.integers(len(chunks))]
+        exact = index.vectors @ q
+        allowed = rng.random(len(chunks)) < 0.5
+        assert index.least_cosine(q) == pytest.approx(float(exact.min()), abs=1e-6)
+        assert index.least_cosine(q, allowed) == pytest.approx(float(exact[allowed].min()), abs=1e-6)
+    monkeypatch.setattr(index_mod, "FLOOR_SAMPLE", 300)
+    index._sample = None
+    for _ in range(5):
+        q = index.vectors[rng.integers(len(chunks))]
+        exact = index.vectors @ q
+        got = index.least_cosine(q)
+        assert float(exact.min()) - 1e-6 <= got <= float(np.quantile(exact, 0.01)) + 1e-6
+    index.ann = _maybe_ann(index.vectors, override(preset("default"), ann_threshold=1000))
+    few = np.zeros(len(chunks), dtype=bool)
+    few[[5, 901, 2003]] = True  # none of them among the sample's rows (every tenth)
+    q = index.vectors[7]
+    assert index.least_cosine(q, few) == pytest.approx(float((index.vectors[few] @ q).min()), abs=1e-6)

@@ -98,7 +98,7 @@ def retrieve(
                                      lambda: _keyword_scores(index, query, scoped, scoped_on, allowed))
         return rank_candidates(query, [index.chunks[i] for i in first], kw_first, index.vectors[first] @ q,
                                settings, safeguards, ceiling, None if penalty is None else penalty[first], named,
-                               floors=leg_floors(index, query, q, allowed))
+                               floors=leg_floors(index, q, allowed))
     cand = None if allowed is None else np.flatnonzero(allowed)  # (no arange of every chunk per query)
     kw_full = _keyword_scores(index, query, scoped, scoped_on, allowed) if scoped is not None else None
     if allowed is None:  # no filter: skip copying every chunk and score array
@@ -131,17 +131,15 @@ def first_pass(index: Index, keyword: KeywordScorer | None, query: str, q: np.nd
     return first, keyword.scores_at(query, first) if keyword is not None else np.zeros(len(first))
 
 
-def leg_floors(index: Index, query: str, q: np.ndarray, allowed: np.ndarray | None) -> tuple[float, float | None]:
+def leg_floors(index: Index, q: np.ndarray, allowed: np.ndarray | None) -> tuple[float, float | None]:
     """Each leg's least score over every chunk ``allowed``, so that a first pass's candidates are
-    normalised as every chunk would be (``fuse.minmax``). The keyword leg's is 0: some chunk holds
-    none of the query's terms, unless every chunk holds one, and then the commonest such term
-    weighs next to nothing (a term in every chunk has an IDF of about 0.5 / N). The dense leg's
-    is the cosine of the allowed chunk farthest from the query, found by the ANN searching for
-    the opposite of the query (approximate: a floor below the true one compresses that leg a
-    little, as normalising over the candidates alone did a lot more)."""
-    assert index.ann is not None
-    far = index.ann.top(-q, 1, allowed)
-    return 0.0, float((index.vectors[far] @ q)[0]) if far.size else None
+    normalised about as every chunk would be (``fuse.minmax``). The keyword leg's is 0: some
+    chunk holds none of the query's terms, unless every chunk holds one, and then the commonest
+    such term weighs next to nothing (a term in every chunk has an IDF of about 0.5 / N). The
+    dense leg's is ``Index.least_cosine``: exact below 8,192 chunks, a sample's least above (a
+    floor a little above the true one stretches the dense leg a little, where normalising over
+    the candidates alone, whose least cosine is far above it, stretched it a lot)."""
+    return 0.0, index.least_cosine(q, allowed)
 
 
 def _keyword_scores(index: Index, query: str, scoped, scoped_on: np.ndarray | None,

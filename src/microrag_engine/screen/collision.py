@@ -162,7 +162,7 @@ def _ranked(engine: Engine, question: str, qv: np.ndarray, live: np.ndarray, min
                               lambda: index.kw_scores(question))
         cand = np.union1d(first, np.flatnonzero(mine))
         kw = index.keyword.scores_at(question, cand) if index.keyword is not None else np.zeros(len(cand))
-        floors = leg_floors(index, question, qv, either)
+        floors = leg_floors(index, qv, either)
     return rank_candidates(question, [index.chunks[i] for i in cand], kw, index.vectors[cand] @ qv, settings, True,
                            keyword_ceiling(index, question), floors=floors)
 
