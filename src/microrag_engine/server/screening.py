@@ -51,12 +51,8 @@ class Screening:
         mine = [d for d, r in engine.records.items() if r.principal == owner and d != doc and not r.label.startswith("_")]
         if not mine:
             return []
-        if engine.store is not None:  # retrieval runs in the database: the chunks are there, not here
-            snap = engine.store.snapshot_of([doc, *mine])
-            by_doc: dict[str, list[str]] = {}
-            for c in snap.chunks:  # (in chunk order per document)
-                by_doc.setdefault(c.doc, []).append(c.text)
-            texts = {d: "\n\n".join(t) for d, t in by_doc.items()}
+        if engine.store is not None:  # retrieval runs in the database: the chunks are there
+            texts = engine.store.texts_of([doc, *mine])
         else:
             texts = engine.index.chunks.texts_by_doc([doc, *mine])
         found = copy_of(texts.get(doc, ""), ((d, texts.get(d, "")) for d in mine))

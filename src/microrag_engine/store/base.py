@@ -323,6 +323,11 @@ class SearchableStore(Store):
         (``screen.collision``: the upload ranked against the live chunks as if it were live)."""
 
     @abstractmethod
+    def texts_of(self, docs: list[str]) -> dict[str, str]:
+        """The stored text of each of ``docs`` that has chunks, whatever its label: its chunks
+        joined by blank lines, in order (the copy check reads an upload and its uploader's pages)."""
+
+    @abstractmethod
     def filters(self, where: DocFilter) -> bool:
         """Whether the store evaluates ``where`` itself (``search``'s ``where``, ``admitted``);
         otherwise the caller sends the documents it admits (``docs``)."""

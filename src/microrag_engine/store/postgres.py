@@ -642,6 +642,13 @@ class PostgresStore(SearchableStore):
         ceiling = sum(lucene_idf(dfs.get(term_id(t), 0), n_chunks) for t in bm25_tokens(query))
         return _scored(rows), ceiling
 
+    def texts_of(self, docs: list[str]) -> dict[str, str]:
+        by_doc: dict[str, list[str]] = {}
+        with self.transaction(read=True):
+            for doc, text in self.x("SELECT doc, text FROM chunks WHERE doc = ANY(%s) ORDER BY doc, idx", (list(docs),)):
+                by_doc.setdefault(doc, []).append(text)
+        return {d: "\n\n".join(t) for d, t in by_doc.items()}
+
     def _query_weights(self, counts: Counter[int], label_sql: str,
                        label_args: list[Any]) -> tuple[dict[int, int], dict[int, float], int]:
         """(df per query term that a counted chunk holds, the query's weight per such term: its
