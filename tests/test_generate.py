@@ -321,3 +321,39 @@ def test_unknown_names_reads_any_text(query):
     found = unknown_names(query, lambda t: False)
     assert all(n in query for n in found.members + found.names)
     assert len(found.members + found.names) <= 8
+
+
+def _piece_with(answer: str, text: str) -> str:
+    return next(p for p in answer.split("\n\n") if text in p)
+
+
+def test_an_option_is_quoted_with_every_one_of_its_names():
+    # A man page's option entry: each name its own line, then what it does.
+    text = ("Use the given message as the commit message.\n\n-s\n\n--signoff\n\n--no-signoff\n\n"
+            "Add a Signed-off-by trailer by the committer at the end of the commit log message.")
+    ans = extractive_answer("which flag adds a Signed-off-by trailer at the end of the commit message?",
+                            retrieval("q", text))
+    piece = _piece_with(ans, "Add a Signed-off-by trailer")
+    assert "-s\n--signoff\n--no-signoff\nAdd a Signed-off-by" in piece
+
+
+def _chunks(*parts: tuple[str, int, str]) -> Retrieval:
+    hits = [Hit(Chunk(f"{doc}#{i}", doc, i, 0, len(t), t), 1.0 - n / 10, 1, 1, 1, 1) for n, (doc, i, t) in enumerate(parts)]
+    return Retrieval("q", hits)
+
+
+HUNKS = "Interactively choose hunks of patch between the index and the work tree and add them to the index."
+
+
+def test_a_description_cut_from_its_option_names_by_the_chunker_gets_them_back():
+    # The chunk before ends on the option's names; the description opens the next chunk.
+    before = "Add modified contents in the working tree interactively to the index.\n\n-p\n\n--patch"
+    r = _chunks(("git-add.html", 4, HUNKS), ("git-add.html", 3, before))
+    piece = _piece_with(extractive_answer("how do I interactively choose hunks to add to the index?", r), HUNKS)
+    assert piece.startswith("-p\n--patch\n" + HUNKS)
+    assert piece.endswith("[source: git-add.html · chunk 4]")  # cited where the description is
+    # Another document's chunk, or one that is not the chunk just before, lends no names.
+    for doc, index in (("git-commit.html", 3), ("git-add.html", 2)):
+        r = _chunks(("git-add.html", 4, HUNKS), (doc, index, before))
+        piece = _piece_with(extractive_answer("how do I interactively choose hunks to add to the index?", r), HUNKS)
+        assert "--patch" not in piece

@@ -62,6 +62,7 @@ RANK_PRIOR = 0.05  # a passage from the top-ranked chunk gets this much, from th
 PIECE_CHARS = 700  # a passage's prose stops growing here (code blocks are kept whole up to CODE_CHARS)
 CODE_CHARS = 1200
 LABEL_CHARS = 200  # a label line (signature, term) is at most this long
+MAX_LABELS = 4  # names of one option or term read as its label ("-s", "--signoff", "--no-signoff")
 PARA_CHARS = 400  # the anchor's paragraph is read on up to here: the sentences after it qualify it
 NEARLY = 0.7  # another passage must score at least this share of the best one...
 TIED = 0.93  # ...and cover a query term the others do not, unless it is this close to the best
@@ -309,7 +310,7 @@ def passage_features(query: str, units: list[Unit], spans: list[list[int]], text
     on = np.zeros(len(spans), dtype=bool)
     on[list(embedded)] = True
     for i, (span, text) in enumerate(zip(spans, texts)):
-        u = units[span[0]]
+        u = _lead(units, span)
         names = min(len(_NAME.findall(text)), 4) / 4.0
         row = {
             "lex": rel.lex[i], "sem": rel.sem[i], "embedded": on[i],
@@ -400,12 +401,16 @@ def score_units(query: str, retrieval: Retrieval, embedder: Embedder | None = No
     bounds: dict[int, tuple[int, int]] = {}  # a hit's units are contiguous: [first, last + 1)
     for j, u in enumerate(units):
         bounds[u.hit] = (bounds.get(u.hit, (j, j))[0], j + 1)
+    # The chunk before each one in its document, where that one was retrieved too (or is context).
+    at = {(h.chunk.doc, h.chunk.index): r for r, h in enumerate(retrieval.passages)}
+    before = {r: at.get((h.chunk.doc, h.chunk.index - 1)) for r, h in enumerate(retrieval.passages)}
     spans: list[list[int]] = []
     seen: set[tuple[int, ...]] = set()
     for j, u in enumerate(units):
         if u.kind == "heading":
             continue
-        span = _expand(units, j, query, bounds[u.hit])
+        prev = before[u.hit]
+        span = _expand(units, j, query, bounds[u.hit], bounds.get(prev) if prev is not None else None)
         while span and _asks(units[span[-1]]):
             span = span[:-1]  # a question with nothing after it in its chunk answers nothing: not quoted
         if not span:
@@ -416,12 +421,12 @@ def score_units(query: str, retrieval: Retrieval, embedder: Embedder | None = No
     texts = [_join([units[k] for k in span]) for span in spans]
     sources = [h.chunk.text + "\n" + h.chunk.doc for h in retrieval.passages]
     common = embedder.vocabulary() if embedder is not None else frozenset()
-    kw = relevance(query, texts, sources, None, weight, [units[span[0]].context for span in spans], common=common)
+    kw = relevance(query, texts, sources, None, weight, [_lead(units, span).context for span in spans], common=common)
     # Embed the passages most likely to matter: keyword share plus a little for the chunk's rank.
-    prior = np.array([kw.lex[i] + 0.2 / (1 + units[span[0]].hit) for i, span in enumerate(spans)])
+    prior = np.array([kw.lex[i] + 0.2 / (1 + _lead(units, span).hit) for i, span in enumerate(spans)])
     chosen = [int(i) for i in np.argsort(-prior, kind="stable")[:MAX_EMBED]]
     # Embedded with its heading and page name: "Remove any common leading whitespace" alone is about nothing.
-    shown = [f"{units[span[0]].context.strip()}: {t}" for span, t in zip(spans, texts)]
+    shown = [f"{_lead(units, span).context.strip()}: {t}" for span, t in zip(spans, texts)]
     sem = relevance(query, shown, (), embedder, embed=chosen).sem if embedder is not None else np.zeros(len(spans))
     rel = Relevance(kw.lex, sem, kw.missing, kw.missing_share)
     own = relevance(query, texts, (), None, weight, common=common).lex  # its own words only, no heading credit
@@ -435,7 +440,7 @@ def score_units(query: str, retrieval: Retrieval, embedder: Embedder | None = No
         logit = features @ model
         total = np.exp(logit - logit.max())
     else:
-        total = rel.support + RANK_PRIOR * np.array([1.0 / (1 + units[span[0]].hit) for span in spans])
+        total = rel.support + RANK_PRIOR * np.array([1.0 / (1 + _lead(units, span).hit) for span in spans])
         if _WANTS_NUMBER.search(query):
             total += 0.05 * np.array([bool(_HAS_NUMBER.search(t)) for t in texts])
     return Scores(units, spans, rel, total, features, shown)
@@ -476,20 +481,42 @@ def _is_label(units: list[Unit], k: int) -> bool:
     return u.kind == "sentence" and alone and len(u.text) <= LABEL_CHARS and u.text.rstrip()[-1:] not in ".!?:;"
 
 
-def _expand(units: list[Unit], j: int, query: str, bounds: tuple[int, int]) -> list[int]:
+def _labels_before(units: list[Unit], before: Sequence[int]) -> list[int]:
+    """The run of label lines that ends ``before`` (unit indices in reading order), in
+    reading order: every name of an option or term ("-s", "--signoff", "--no-signoff"),
+    at most ``MAX_LABELS`` of them and ``LABEL_CHARS`` in all."""
+    run: list[int] = []
+    chars = 0
+    for k in reversed(before):
+        chars += len(units[k].text)
+        if len(run) == MAX_LABELS or chars > LABEL_CHARS or not _is_label(units, k):
+            break
+        run.insert(0, k)
+    return run
+
+
+def _expand(units: list[Unit], j: int, query: str, bounds: tuple[int, int],
+            before: tuple[int, int] | None = None) -> list[int]:
     """The unit ``j`` and the neighbours it needs to be read on its own; ``bounds`` are
-    its chunk's units. Looks only at neighbours, so all candidates cost linear time."""
+    its chunk's units, ``before`` those of the chunk before it in its document when that
+    chunk was retrieved too. Looks only at neighbours, so all candidates cost linear time."""
     same = range(*bounds)
     at = j - bounds[0]
     picked = [j]
     if at > 0:
         prev = units[same[at - 1]]
         # What an "It"/"This" points back to; the sentence that opens the anchor's paragraph;
-        # the label (signature, term) the anchor's paragraph describes.
+        # the labels (signature, term, every name of an option) the anchor's paragraph describes.
         opens = prev.kind == "sentence" and prev.para == units[j].para and len(prev.text) + len(units[j].text) <= PARA_CHARS
-        labelled = prev.para != units[j].para and _is_label(units, same[at - 1])
-        if (_REFERS_BACK.match(units[j].text) and prev.kind not in ("heading", "code")) or opens or labelled:
+        if (_REFERS_BACK.match(units[j].text) and prev.kind not in ("heading", "code")) or opens:
             picked.insert(0, same[at - 1])
+        elif prev.para != units[j].para:
+            picked[:0] = _labels_before(units, same[:at])
+    elif before is not None and units[j].kind == "sentence":
+        # The chunker may cut between an option's names and what they do (a man page's
+        # "-p / --patch" ends one chunk, "Interactively choose hunks..." opens the next):
+        # the description is quoted with its names, or it answers "which flag" with no flag.
+        picked[:0] = _labels_before(units, range(*before))
     chars = sum(len(units[k].text) for k in picked)
     how = bool(_HOW.match(query))
     for k in same[at + 1 :]:
@@ -497,8 +524,10 @@ def _expand(units: list[Unit], j: int, query: str, bounds: tuple[int, int]) -> l
         leads_in = tail.text.rstrip().endswith(":")
         in_list = nxt.kind in ("item", "row") and tail.kind in ("item", "row") and len(picked) > 1
         shows_code = nxt.kind == "code" and (leads_in or how)
+        # Labels are read on with what they name (and a label's other names, before it).
         reads_on = nxt.kind == "sentence" and chars + len(nxt.text) <= PARA_CHARS and (
-            nxt.para == tail.para or (picked == [j] and _is_label(units, j)))  # a label is read with what it names
+            (nxt.para == tail.para and nxt.hit == tail.hit)
+            or (len(picked) <= MAX_LABELS and all(_is_label(units, k) for k in picked)))
         # A question (an FAQ's) is read with what follows it, in whatever form: alone it answers nothing.
         answers_it = _asks(tail)
         if nxt.kind == "heading" or not (leads_in or in_list or shows_code or reads_on or answers_it):
@@ -511,6 +540,13 @@ def _expand(units: list[Unit], j: int, query: str, bounds: tuple[int, int]) -> l
     return picked
 
 
+def _lead(units: list[Unit], span: list[int]) -> Unit:
+    """The first unit of ``span`` in its anchor's chunk: where the passage is from (its
+    citation, rank and heading), though labels from the chunk before may open it."""
+    home = units[span[-1]].hit
+    return next(units[k] for k in span if units[k].hit == home)
+
+
 def _asks(unit: Unit) -> bool:
     return unit.kind == "sentence" and unit.text.rstrip().endswith("?")
 
@@ -518,7 +554,8 @@ def _asks(unit: Unit) -> bool:
 def _join(units: list[Unit]) -> str:
     out = ""
     for prev, u in zip([None, *units], units):
-        new_line = prev is not None and (u.para != prev.para or u.kind in ("item", "row", "code") or prev.kind == "code")
+        new_line = prev is not None and (u.para != prev.para or u.hit != prev.hit or u.kind in ("item", "row", "code")
+                                         or prev.kind == "code")
         out += ("\n" if new_line else " " if prev is not None else "") + u.text
     return out
 
@@ -597,9 +634,9 @@ def extract(query: str, retrieval: Retrieval, embedder: Embedder | None = None,
             continue  # says nothing the passages so far did not (and is not a near-tie for the best)
         used |= set(span)
         covered |= adds
-        pieces.append((span, citation(passages[units[span[0]].hit])))
+        pieces.append((span, citation(passages[_lead(units, span).hit])))
     # The chunk of the best passage first; within a chunk, reading order.
-    first_seen = {units[span[0]].hit: n for n, (span, _) in reversed(list(enumerate(pieces)))}
-    pieces.sort(key=lambda p: (first_seen[units[p[0][0]].hit], units[p[0][0]].pos))
+    first_seen = {_lead(units, span).hit: n for n, (span, _) in reversed(list(enumerate(pieces)))}
+    pieces.sort(key=lambda p: (first_seen[_lead(units, p[0]).hit], _lead(units, p[0]).pos))
     return Extracted("\n\n".join(_join([units[k] for k in span]) + ("\n" if units[span[-1]].kind == "code" else " ")
                                    + cite for span, cite in pieces))
