@@ -448,7 +448,7 @@ def measure(uri: str, corpus: Corpus, x, qtexts, qvecs, truth, build_res, args) 
         for i, (q, v) in enumerate(zip(qtexts, qvecs)):
             log.clear()
             t = time.perf_counter()
-            got, _ceiling = store.search(q, v, labels, n=N_FIRST)
+            got = store.search(q, v, labels, n=N_FIRST).rows
             lat.append((time.perf_counter() - t) * 1000)
             union_sizes.append(len(got))
             per: dict[str, float] = {}

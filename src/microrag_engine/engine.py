@@ -380,16 +380,18 @@ class Engine:
         if self.store is not None:
             qvec = self.index.embedder.embed([query])[0]
             visible = self._visible_labels(labels)
-            found, ceiling = self.store.search(query, qvec, visible, n=settings.first_pass,
-                                               docs=sorted(chosen) if chosen is not None else None,
-                                               where=in_sql)
+            found, ceiling, floors = self.store.search(query, qvec, visible, n=settings.first_pass,
+                                                       docs=sorted(chosen) if chosen is not None else None,
+                                                       where=in_sql)
             if in_sql is not None and not found and not self.store.admitted(in_sql, visible, 1):
                 return Retrieval(query, [], refused=True, reason=NO_DOCUMENT_MATCHES)
             prior = self._doc_prior(settings)
             penalty = np.array([prior.get(c.doc, 0.0) for c, _, _ in found]) if prior else None
+            # Scaled from each leg's least over every chunk they were drawn from, as in memory
+            # (retrieve.leg_floors): the same documents rank alike on either backend.
             ranked = rank_candidates(query, [c for c, _, _ in found], np.array([k for _, k, _ in found]),
                                      np.array([e for _, _, e in found]), settings, safeguards, ceiling, penalty,
-                                     self._name_prior(query, settings, labels))
+                                     self._name_prior(query, settings, labels), floors=floors)
             # Both asked of the database only when the answerer reads them (not for a bare retrieve).
             return replace(ranked, weight=StoreWeights(self.store, bm25_tokens(query), visible),
                            known=partial(self.store.holds, labels=visible))

@@ -81,6 +81,7 @@ def test_a_databases_live_first_pass_is_kept_a_while_per_probe_and_clearance():
     """``LivePasses`` asks the database once per probe and clearance while its pass is young,
     again once it is older than ``max_age`` or the store changes."""
     from microrag_engine.screen.collision import LivePasses
+    from microrag_engine.store.base import Candidates
     from microrag_engine.types import Chunk
 
     class Counting:
@@ -89,12 +90,12 @@ def test_a_databases_live_first_pass_is_kept_a_while_per_probe_and_clearance():
 
         def search(self, query, qvec, labels, n=100):
             self.asked.append((query, labels))
-            return [(Chunk(f"d.md#{len(self.asked)}", "d.md", 0, 0, 1, "x"), 1.0, 0.5)], 2.0
+            return Candidates([(Chunk(f"d.md#{len(self.asked)}", "d.md", 0, 0, 1, "x"), 1.0, 0.5)], 2.0, (0.0, -0.25))
 
     store, other = Counting(), Counting()
     passes, v = LivePasses(max_age=3600), np.zeros(4, dtype=np.float32)
-    assert passes(store, "q1", v, ["public"], 100) == [("d.md#1", "d.md")]
-    assert passes(store, "q1", v, ["public"], 100) == [("d.md#1", "d.md")]  # kept
+    assert passes(store, "q1", v, ["public"], 100) == ([("d.md#1", "d.md")], (0.0, -0.25))
+    assert passes(store, "q1", v, ["public"], 100) == ([("d.md#1", "d.md")], (0.0, -0.25))  # kept
     passes(store, "q1", v, ["public", "hr"], 100)  # another clearance: asked
     passes(other, "q1", v, ["public"], 100)  # another store: asked, and the first one's passes dropped
     assert len(store.asked) == 2 and len(other.asked) == 1

@@ -411,7 +411,7 @@ def test_postgres_bm25_equals_bm25s_and_cosine_equals_dot(tmp_path):
         # (repeated terms count each time, in the database as in memory)
         for q in ("reset password", "vpn port 5432", "kiwi alpha beta", "nothing-matches", "vpn vpn port", "reset resets"):
             qvec = local.index.embedder.embed([q])[0]
-            rows, ceiling = store.search(q, qvec, None, n=100)
+            rows, ceiling, _ = store.search(q, qvec, None, n=100)
             found = {c.id: (kw, em) for c, kw, em in rows}
             assert ceiling == pytest.approx(ref.ceiling(q), rel=1e-6)
             want_kw = ref.scores(q)
@@ -452,12 +452,12 @@ def test_postgres_keyword_leg_scored_from_rare_terms_first_is_exact(tmp_path, mo
             for labels in (None, ["public"]):
                 monkeypatch.setattr(postgres, "RARE_SHARE", 0.1)
                 statements.clear()
-                got, _ = store.search(q, qvec, labels, n=5)
+                got = store.search(q, qvec, labels, n=5)
                 short = [sql for sql in statements if "terms && " in sql]
                 pruned += len(short) == 1 and short[0].startswith("SELECT id, -(bm25")  # stopped after the rare terms
                 monkeypatch.setattr(postgres, "RARE_SHARE", 0.0)  # every term common: score every matching chunk
-                want, _ = store.search(q, qvec, labels, n=5)
-                assert [(c.id, kw) for c, kw, _ in got] == [(c.id, kw) for c, kw, _ in want]
+                want = store.search(q, qvec, labels, n=5)
+                assert [(c.id, kw) for c, kw, _ in got.rows] == [(c.id, kw) for c, kw, _ in want.rows]
         assert 5 <= pruned < 2 * len(queries)  # the short path was taken (and so was the long one)
     finally:
         store.drop()
@@ -601,12 +601,12 @@ def test_postgres_statistics_see_only_what_the_caller_may_read(tmp_path):
         both, alone = stores["all"], stores["no_upload"]
         qvec = Engine.from_store(alone, settings, remote=False).index.embedder.embed(["vpn connect"])[0]
         for q in ("vpn connect", "root password kiwi-42"):
-            got, got_ceiling = both.search(q, qvec, ["public"], n=100)
-            want, want_ceiling = alone.search(q, qvec, ["public"], n=100)
+            got, got_ceiling, _ = both.search(q, qvec, ["public"], n=100)
+            want, want_ceiling, _ = alone.search(q, qvec, ["public"], n=100)
             assert {c.id: kw for c, kw, _ in got} == pytest.approx({c.id: kw for c, kw, _ in want}, rel=1e-6)
             assert got_ceiling == pytest.approx(stores["public_only"].search(q, qvec, ["public"], n=100)[1], rel=1e-9)
         # An admin's search does count the restricted document's words.
-        _, admin_ceiling = both.search("root password kiwi-42", qvec, ["public", "restricted"], n=100)
+        _, admin_ceiling, _ = both.search("root password kiwi-42", qvec, ["public", "restricted"], n=100)
         assert admin_ceiling != pytest.approx(got_ceiling)
         # Relabelling moves the document's statistics with it, and check() agrees.
         both.relabel("secret.md", "public")
@@ -853,11 +853,44 @@ def test_postgres_scores_an_upload_under_review_as_it_will_score_live(tmp_path):
         held, held_ceiling = store.scores_of("zorblax vpn", qvec, ["public"], [doc])
         assert held and all(c.doc == doc for c, _, _ in held)
         store.relabel(doc, "public")
-        live, live_ceiling = store.search("zorblax vpn", qvec, ["public"], n=100)
+        live, live_ceiling, _ = store.search("zorblax vpn", qvec, ["public"], n=100)
         scores = {c.id: kw for c, kw, _ in live}
         assert held_ceiling == pytest.approx(live_ceiling, rel=1e-6)
         for c, kw, _ in held:  # (within 2%: going live moves the mean length the stored weights are normalised by)
             assert kw > 0 and kw == pytest.approx(scores[c.id], rel=0.02)
+    finally:
+        store.drop()
+        store.close()
+
+
+@needs_pg
+def test_postgres_scales_its_candidates_as_every_chunk_would_be(tmp_path):
+    """The database's candidates (each leg's first pass) are min-max scaled from each leg's least
+    score over every chunk the caller may read, not over themselves: the fused scores are those
+    an in-memory index gives the same chunks when it scores every one."""
+    rng = random.Random(11)
+    words = [a + b + c for a in "bdfklmprst" for b in "aeiou" for c in ("la", "ko", "ri", "ven", "dus", "mo")]
+    zipf = [1 / (i + 1) for i in range(300)]
+    files = {f"d{i:03d}.md": " ".join(rng.choices(words, zipf, k=30)) for i in range(120)}
+    files.update({f"r{i:02d}.md": "---\nlabel: restricted\n---\n" + " ".join(rng.choices(words, zipf, k=30))
+                  for i in range(30)})
+    settings = override(SEED, keyword="bm25", size=200, overlap=0, first_pass=8)
+    store = _pg_store()
+    try:
+        ingest_paths(store, [write(tmp_path / "docs", files)], settings)
+        remote, local = Engine.from_store(store, settings), Engine.from_store(store, settings, remote=False)
+        assert local.index.ann is None  # every chunk scored in memory
+        queries = [" ".join(rng.choices(words[20:], k=rng.randint(2, 3))) for _ in range(30)]
+        same_top = 0
+        for q in queries:
+            for labels in (None, ["public"]):
+                got, want = remote.retrieve(q, labels=labels), local.retrieve(q, labels=labels)
+                assert not got.refused and not want.refused
+                # every chunk the database returns carries the fused score every-chunk scoring gives it
+                exact = {h.chunk.id: h.hybrid for h in local.retrieve(q, labels=labels, top_k=10_000).hits}
+                assert [h.hybrid for h in got.hits] == pytest.approx([exact[h.chunk.id] for h in got.hits], abs=1e-4)
+                same_top += [h.chunk.id for h in got.hits] == [h.chunk.id for h in want.hits]
+        assert same_top >= 50  # of 60: the whole top k, where the first pass holds it
     finally:
         store.drop()
         store.close()

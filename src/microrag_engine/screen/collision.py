@@ -29,6 +29,7 @@ from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass
 from functools import lru_cache, partial
 from importlib.resources import files
+from typing import NamedTuple
 
 import numpy as np
 
@@ -174,19 +175,29 @@ def _ranked_in_store(engine: Engine, store: SearchableStore, doc: str, labels: l
     chunk of ``doc``, all scored now with the statistics of ``labels`` and ``doc`` together (the
     upload counted as if live: a word only it holds weighs what it will then)."""
     live_docs = {d for d, r in engine.records.items() if r.label in labels and d != doc}
-    ids = [cid for cid, d in passes(store, question, qv, labels, engine.settings.first_pass) if d in live_docs]
-    rows, ceiling = store.scores_of(question, qv, labels, [doc], ids)
+    live = passes(store, question, qv, labels, engine.settings.first_pass)
+    rows, ceiling = store.scores_of(question, qv, labels, [doc], [cid for cid, d in live.found if d in live_docs])
+    # Scaled as a query will scale them once the upload is live: from the floors over the live
+    # chunks and the upload together (none where the first pass held every live chunk).
+    kw_floor, em_floor = live.floors
+    if em_floor is not None:
+        em_floor = min([em_floor] + [e for c, _, e in rows if c.doc == doc])
     return rank_candidates(question, [c for c, _, _ in rows], np.array([k for _, k, _ in rows]),
-                           np.array([e for _, _, e in rows]), engine.settings, True, ceiling)
+                           np.array([e for _, _, e in rows]), engine.settings, True, ceiling, floors=(kw_floor, em_floor))
 
 
 # How long a probe's first pass over a database's live chunks is reused (``LivePasses``).
 LIVE_PASS_S = 600.0
 
 
+class LivePass(NamedTuple):
+    found: list[tuple[str, str]]  # (chunk id, document) of the first pass
+    floors: tuple[float | None, float | None]  # each leg's over the live chunks (``Candidates.floors``)
+
+
 class LivePasses:
     """Each probe question's first pass over the live chunks of a clearance, from the database
-    (``SearchableStore.search``): which chunks, of which documents, kept ``max_age`` seconds
+    (``SearchableStore.search``): which chunks, of which documents, and the dense leg's floor, kept ``max_age`` seconds
     (asked again for every upload, ~300 probes would cost ~300 searches under the write lock
     each time). The chunks are scored again for each upload; what the kept pass misses is the
     documents that went live since, which are not among the candidates (a page then looks
@@ -196,18 +207,18 @@ class LivePasses:
     def __init__(self, max_age: float = LIVE_PASS_S, limit: int = 4096) -> None:
         self.max_age, self.limit = max_age, limit
         self.store: SearchableStore | None = None
-        self.kept: dict[tuple[str, tuple[str, ...], int], tuple[float, list[tuple[str, str]]]] = {}
+        self.kept: dict[tuple[str, tuple[str, ...], int], tuple[float, LivePass]] = {}
 
-    def __call__(self, store: SearchableStore, question: str, qv: np.ndarray, labels: list[str],
-                 n: int) -> list[tuple[str, str]]:
-        """(chunk id, document) of the first pass for ``question`` over ``labels``."""
+    def __call__(self, store: SearchableStore, question: str, qv: np.ndarray, labels: list[str], n: int) -> LivePass:
+        """The first pass for ``question`` over ``labels``."""
         if store is not self.store:
             self.store, self.kept = store, {}
         key, now = (question, tuple(labels), n), time.monotonic()
         hit = self.kept.get(key)
         if hit is not None and now - hit[0] < self.max_age:  # (0: never reused)
             return hit[1]
-        found = [(c.id, c.doc) for c, _, _ in store.search(question, qv, labels, n=n)[0]]
+        got = store.search(question, qv, labels, n=n)
+        found = LivePass([(c.id, c.doc) for c, _, _ in got.rows], got.floors)
         if len(self.kept) >= self.limit:
             self.kept = {k: v for k, v in self.kept.items() if now - v[0] < self.max_age}  # the expired go first
             if len(self.kept) >= self.limit:

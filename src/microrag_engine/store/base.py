@@ -19,6 +19,7 @@ from collections.abc import Collection, Sequence
 from contextlib import AbstractContextManager, nullcontext
 from dataclasses import dataclass, field
 from pathlib import Path
+from typing import NamedTuple
 
 import numpy as np
 
@@ -296,6 +297,16 @@ class Store(ABC):
         return self.meta().get("store_id", "")
 
 
+class Candidates(NamedTuple):
+    """What a database's first pass found for a query (``SearchableStore.search``)."""
+
+    rows: list[tuple[Chunk, float, float]]  # (chunk, raw keyword score, raw cosine), in corpus order
+    ceiling: float  # the query's keyword ceiling (sum of its terms' IDF): the gate's coverage
+    # Each leg's least score over every chunk the candidates were drawn from (``retrieve.leg_floors``),
+    # so min-max scales them as it would every chunk; None where the candidates are every such chunk.
+    floors: tuple[float | None, float | None] = (None, None)
+
+
 class SearchableStore(Store):
     """A store that ranks by itself (PostgreSQL): retrieval runs in the database, per request."""
 
@@ -308,11 +319,11 @@ class SearchableStore(Store):
     @abstractmethod
     def search(self, query: str, qvec: np.ndarray, labels: list[str] | None, n: int = 100,
                ef_search: int = 200, docs: list[str] | None = None,
-               where: DocFilter | None = None) -> tuple[list[tuple[Chunk, float, float]], float]:
-        """``([(chunk, raw keyword score, raw cosine)], the query's keyword ceiling)`` over the
-        union of both legs' top ``n`` among chunks labelled ``labels`` (all when ``None``) and,
-        when given, of documents ``docs`` only and those ``where`` admits (query-time filters,
-        ``where`` only one the store ``filters`` itself; statistics stay per label)."""
+               where: DocFilter | None = None) -> Candidates:
+        """The union of both legs' top ``n`` among chunks labelled ``labels`` (all when ``None``)
+        and, when given, of documents ``docs`` only and those ``where`` admits (query-time
+        filters, ``where`` only one the store ``filters`` itself; statistics stay per label),
+        with both raw leg scores, the query's keyword ceiling and each leg's floor."""
 
     @abstractmethod
     def scores_of(self, query: str, qvec: np.ndarray, labels: list[str] | None, docs: list[str],

@@ -19,6 +19,7 @@ from __future__ import annotations
 
 import json
 import logging
+import math
 import re
 import threading
 import time
@@ -38,6 +39,7 @@ from ..index.keyword import lucene_idf
 from ..text import bm25_tokens
 from ..types import Chunk
 from .base import (
+    Candidates,
     DocFilter,
     DocRecord,
     DocUpdate,
@@ -581,24 +583,22 @@ class PostgresStore(SearchableStore):
 
     def search(self, query: str, qvec: np.ndarray, labels: list[str] | None, n: int = 100,
                ef_search: int = 200, docs: list[str] | None = None,
-               where: DocFilter | None = None) -> tuple[list[tuple[Chunk, float, float]], float]:
+               where: DocFilter | None = None) -> Candidates:
         """Candidates for ``query``: the union of the BM25 and the HNSW top-``n``
         (only chunks whose label is in ``labels``), each with BOTH raw leg scores.
         IDF and the chunk count come from the same labels only; document lengths are
         normalised by the corpus-wide mean the stored weights were built with.
 
-        Returns ``([(chunk, raw bm25, raw cosine)] in corpus order, the query's BM25
-        ceiling)`` - the ceiling (sum of IDF) lets the grounding gate read coverage.
+        The ceiling (sum of IDF) lets the grounding gate read coverage. The floors: none when
+        the HNSW pass found fewer than ``n`` chunks (it saw every chunk the filters admit, so the
+        candidates are all of them); else 0 for BM25, as in memory (``retrieve.leg_floors``), and
+        the cosine of the chunk the HNSW index finds nearest to -q, the one farthest from q.
         """
         tokens = bm25_tokens(query)
         counts = Counter(term_id(t) for t in tokens)  # a repeated term counts each time, as in memory
         label_sql, label_args = ("AND label = ANY(%s)", [labels]) if labels is not None else ("", [])
         # the filter narrows candidates only: IDF and the ceiling stay those of the caller's labels
-        doc_sql, doc_args = ("AND doc = ANY(%s)", [docs]) if docs is not None else ("", [])
-        if where:
-            pred, pred_args = self._filter_sql(where)
-            doc_sql, doc_args = f"{doc_sql} AND doc IN (SELECT doc FROM documents WHERE {pred})", [*doc_args, *pred_args]
-        narrowed = (f"{label_sql} {doc_sql}", [*label_args, *doc_args])
+        narrowed = self._narrowed(labels, docs, where)
         with self.transaction(read=True):
             # One snapshot for every statement below: the statistics and the chunks come from the
             # same committed ingest, never half of one (READ COMMITTED would re-read per statement).
@@ -612,12 +612,29 @@ class PostgresStore(SearchableStore):
             ids = [r[0] for r in self.x(
                 f"SELECT id FROM chunks WHERE embedding IS NOT NULL {narrowed[0]} ORDER BY embedding <=> %s::vector LIMIT %s",
                 (*narrowed[1], qv, n))]
+            floors: tuple[float | None, float | None] = (None, None)
+            if len(ids) >= n:
+                far = self.x(f"SELECT 1 - (embedding <=> %s::vector) FROM chunks WHERE embedding IS NOT NULL {narrowed[0]} "
+                             "ORDER BY embedding <=> %s::vector LIMIT 1", (qv, *narrowed[1], vector_literal(-qvec)))
+                least = float(far[0][0]) if far else math.nan
+                floors = (0.0, None if math.isnan(least) else least)  # (a zero query vector has no cosine)
             if dfs:
                 ids += self._keyword_top(dfs, weights, n_chunks, q_sparse, narrowed, n)
             rows = self.x(f"{_SCORED} WHERE id = ANY(%s) ORDER BY doc, idx", (q_sparse, qv, list(dict.fromkeys(ids))))
         # Terms no chunk has get the highest IDF, as in the in-memory scorer.
         ceiling = sum(lucene_idf(dfs.get(term_id(t), 0), n_chunks) for t in tokens)
-        return _scored(rows), ceiling
+        return Candidates(_scored(rows), ceiling, floors)
+
+    def _narrowed(self, labels: list[str] | None, docs: list[str] | None,
+                  where: DocFilter | None) -> tuple[str, list[Any]]:
+        """The SQL (``AND ...``) and its arguments that keep the chunks labelled ``labels``, of
+        ``docs`` and of the documents ``where`` admits (each only when given)."""
+        label_sql, label_args = ("AND label = ANY(%s)", [labels]) if labels is not None else ("", [])
+        doc_sql, doc_args = ("AND doc = ANY(%s)", [docs]) if docs is not None else ("", [])
+        if where:
+            pred, pred_args = self._filter_sql(where)
+            doc_sql, doc_args = f"{doc_sql} AND doc IN (SELECT doc FROM documents WHERE {pred})", [*doc_args, *pred_args]
+        return f"{label_sql} {doc_sql}", [*label_args, *doc_args]
 
     def scores_of(self, query: str, qvec: np.ndarray, labels: list[str] | None, docs: list[str],
                   ids: Sequence[str] = ()) -> tuple[list[tuple[Chunk, float, float]], float]:
