@@ -279,7 +279,8 @@ def test_a_code_name_no_document_holds_is_named_in_the_refusal():
                             "the handbook lists vacation days; configure the vpn"]
              for t in bm25_tokens(text)}
     known = vocab.__contains__
-    assert unknown_names("How do I use os.path.splitroot on Windows?", known) == UnknownNames(("os.path.splitroot",))
+    assert unknown_names("How do I use os.path.splitroot on Windows?", known) == UnknownNames(("os.path.splitroot",),
+                                                                                               ("Windows",))
     assert unknown_names("Is eager_task_factory there?", known) == UnknownNames((), ("eager_task_factory",))
     q = "How do I split a Windows path with os.path.splitroot?"
     r = replace(retrieval(q, "os.path.splitdrive(path) splits the pathname into drive and tail."), known=known)
@@ -357,3 +358,18 @@ def test_a_description_cut_from_its_option_names_by_the_chunker_gets_them_back()
         r = _chunks(("git-add.html", 4, HUNKS), (doc, index, before))
         piece = _piece_with(extractive_answer("how do I interactively choose hunks to add to the index?", r), HUNKS)
         assert "--patch" not in piece
+
+
+def test_a_product_no_document_names_is_missing_without_rescue():
+    """A word written with a capital inside a sentence is a name the asker copied ("Sigstore",
+    "GitLab", "TOTP"): when no document holds it, no passage close in meaning stands in for it."""
+    known = set(bm25_tokens("Sign commits with GPG: git commit -S signs the commit. Merge requests"))
+    assert unknown_names("How do I sign commits keylessly with Sigstore, not GPG?", known.__contains__) == \
+        UnknownNames((), ("Sigstore",))
+    # A sentence's first word, "I", and names the documents hold are not unknown names.
+    assert unknown_names("Sigstore? How do I sign with GPG? Merge requests I open", known.__contains__) == UnknownNames()
+    q = "How do I sign commits with Sigstore?"
+    r = replace(retrieval(q, "Sign commits with GPG: git commit -S signs the commit."), known=known.__contains__)
+    said = extract(q, r, max_missing=0.2, rescue_sem=0.0)  # (any closeness would rescue a plain word)
+    assert said.text == NOT_IN_DOCUMENTS and "'Sigstore'" in said.refusal
+    assert not extract(q.replace("Sigstore", "sigstore"), r, max_missing=0.2, rescue_sem=0.0).refusal

@@ -111,12 +111,21 @@ MAX_NAMES = 8  # code names looked up per question, at most (each may cost a dat
 
 @dataclass(frozen=True)
 class UnknownNames:
-    """Code names of a question that no readable document holds: ``members`` of a module the
-    documents do have ("os.path.splitroot": refused outright), and bare ``names``
-    ("pg_cron": missing words that no closeness in meaning rescues)."""
+    """Names a question asks about that no readable document holds: ``members`` of a module
+    the documents do have ("os.path.splitroot": refused outright), and bare ``names`` - code
+    ("pg_cron") or a product or project written with capitals ("Sigstore", "GitLab", "TOTP") -
+    missing words that no closeness in meaning rescues."""
 
     members: tuple[str, ...] = ()
     names: tuple[str, ...] = ()
+
+
+def _proper_name(word: str, before: str) -> bool:
+    """A word written with a capital that does not open a sentence ("Sigstore", "GitLab",
+    "TOTP"; not "How" or "I"): a name the asker copied, not a word they chose."""
+    opens = not before.strip() or before.rstrip()[-1] in ".?!:;\"'(["
+    return (len(word) > 1 and word[:1].isalpha() and any(c.isupper() for c in word) and word.isalnum()
+            and not opens)
 
 
 def unknown_names(query: str, known: Callable[[str], bool]) -> UnknownNames:
@@ -130,9 +139,19 @@ def unknown_names(query: str, known: Callable[[str], bool]) -> UnknownNames:
     members: list[str] = []
     names: list[str] = []
     seen = 0
-    for word in re.findall(r"[\w.]+", _ADDRESS.sub(" ", query)):
-        name = word.strip(".")  # "__post_init__" is one word of the index, underscores and all
-        if not names_code(name) or name in members or name in names:
+    prose = _ADDRESS.sub(" ", query)
+    for m in re.finditer(r"[\w.]+", prose):
+        name = m.group().strip(".")  # "__post_init__" is one word of the index, underscores and all
+        if name in members or name in names:
+            continue
+        if not names_code(name):
+            if _proper_name(name, prose[: m.start()]):
+                seen += 1
+                if seen > MAX_NAMES:
+                    break
+                terms = bm25_tokens(name)
+                if terms and not any(known(t) for t in terms):
+                    names.append(name)
             continue
         head, _, last = name.rpartition(".")
         if head and (last.lower() in _NOT_MEMBERS or (head[-1].islower() and last.istitle())):
@@ -452,16 +471,26 @@ class Answerability:
     reason: str = ""
 
 
+def never_mentioned(names: Sequence[str]) -> Answerability:
+    return Answerability(False, "the documents never mention " + ", ".join(f"'{n}'" for n in names))
+
+
 def judge(rel: Relevance, min_support: float, max_missing: float, rescue_sem: float,
-          usable: np.ndarray | None = None) -> Answerability:
+          usable: np.ndarray | None = None, unknown: UnknownNames = UnknownNames()) -> Answerability:
     """Whether the texts scored in ``rel`` (those ``usable``) answer the query at all.
 
     Not when the query's distinctive terms are absent from every source (their weight
     share over ``max_missing``) and no text comes close in meaning (cosine under
     ``rescue_sem``); nor when the best text's support (half keyword share, half
     cosine) is under ``min_support``. The answerer asks this of the retrieved units,
-    verification of the answer's own sentences.
+    verification of the answer's own sentences. ``unknown``: the query's names no document
+    holds (``unknown_names``): a member of a module the documents have refuses outright; a
+    bare name is missing like any word, but no passage close in meaning stands in for it
+    ("pg_cron" is not "cron", "Sigstore" is not "GPG").
     """
+    if unknown.members:
+        return never_mentioned(unknown.members)
+    rescue_sem = rescue_sem if not unknown.names else math.inf
     usable = np.ones(len(rel.lex), dtype=bool) if usable is None else usable
     if not usable.any():
         return Answerability(False, "no passage in the documents answers it")
@@ -597,12 +626,10 @@ def extract(query: str, retrieval: Retrieval, embedder: Embedder | None = None,
         why = retrieval.reason or "nothing retrieved answers it"
         return Extracted(NOT_IN_DOCUMENTS, why)
     unknown = unknown_names(query, retrieval.known) if retrieval.known is not None else UnknownNames()
-    if unknown.members:
-        return Extracted(NOT_IN_DOCUMENTS, "the documents never mention " + ", ".join(f"'{n}'" for n in unknown.members))
+    if unknown.members:  # (before scoring: the refusal costs no embedding)
+        return Extracted(NOT_IN_DOCUMENTS, never_mentioned(unknown.members).reason)
     scores = score_units(query, retrieval, embedder, weight, learned)
-    # A bare name no document holds is missing like any word, but no passage close in meaning
-    # stands in for it ("pg_cron" is not "cron"): no rescue when one is among the missing.
-    verdict = judge(scores.rel, min_support, max_missing, rescue_sem if not unknown.names else math.inf)
+    verdict = judge(scores.rel, min_support, max_missing, rescue_sem, unknown=unknown)
     if not verdict.answerable:
         return Extracted(NOT_IN_DOCUMENTS, verdict.reason)
     if not scores.spans:  # only headings and bare questions: nothing that says anything

@@ -31,7 +31,7 @@ import numpy as np
 from ..config import LLMConfig
 from ..engine import Engine
 from ..errors import CorpusError
-from ..generate import Relevance, judge, score_units
+from ..generate import Relevance, UnknownNames, judge, score_units, unknown_names
 from ..types import NOT_IN_DOCUMENTS
 from ..verify import CITATION as _CITATION
 
@@ -187,11 +187,12 @@ class Signals:
 
     gate_refused: bool
     rel: Relevance | None = None  # the candidate passages' relevance (None when the gate refused)
+    unknown: UnknownNames = UnknownNames()  # the question's names no document holds
 
     def refused(self, min_support: float, max_missing: float, rescue_sem: float) -> bool:
         """Whether the gate or the answerer's test (``generate.judge``) refuses at these thresholds."""
         return self.gate_refused or self.rel is None or not judge(self.rel, min_support, max_missing,
-                                                                   rescue_sem).answerable
+                                                                   rescue_sem, unknown=self.unknown).answerable
 
 
 def answer_signals(engine: Engine, items: list[QAItem], top_k: int = 4) -> list[Signals]:
@@ -205,5 +206,6 @@ def answer_signals(engine: Engine, items: list[QAItem], top_k: int = 4) -> list[
         # The candidates the answerer sees: the hits and their neighbours (Engine.answer adds them).
         retrieval = engine.with_context(retrieval)
         scores = score_units(item.question, retrieval, engine.index.embedder, retrieval.weight)
-        out.append(Signals(False, scores.rel) if scores.spans else Signals(True))
+        unknown = unknown_names(item.question, retrieval.known) if retrieval.known is not None else UnknownNames()
+        out.append(Signals(False, scores.rel, unknown) if scores.spans else Signals(True))
     return out
