@@ -339,7 +339,9 @@ def test_an_option_is_quoted_with_every_one_of_its_names():
 
 
 def _chunks(*parts: tuple[str, int, str]) -> Retrieval:
-    hits = [Hit(Chunk(f"{doc}#{i}", doc, i, 0, len(t), t), 1.0 - n / 10, 1, 1, 1, 1) for n, (doc, i, t) in enumerate(parts)]
+    """Chunk i of a document starts at character 1,000 * i."""
+    hits = [Hit(Chunk(f"{doc}#{i}", doc, i, 1000 * i, 1000 * i + len(t), t), 1.0 - n / 10, 1, 1, 1, 1)
+            for n, (doc, i, t) in enumerate(parts)]
     return Retrieval("q", hits)
 
 
@@ -353,11 +355,32 @@ def test_a_description_cut_from_its_option_names_by_the_chunker_gets_them_back()
     piece = _piece_with(extractive_answer("how do I interactively choose hunks to add to the index?", r), HUNKS)
     assert piece.startswith("-p\n--patch\n" + HUNKS)
     assert piece.endswith("[source: git-add.html · chunk 4]")  # cited where the description is
-    # Another document's chunk, or one that is not the chunk just before, lends no names.
-    for doc, index in (("git-commit.html", 3), ("git-add.html", 2)):
-        r = _chunks(("git-add.html", 4, HUNKS), (doc, index, before))
-        piece = _piece_with(extractive_answer("how do I interactively choose hunks to add to the index?", r), HUNKS)
-        assert "--patch" not in piece
+    # Another document's chunk, one that is not the chunk just before, one that overlaps it (the
+    # "chars" chunker's windows) or one on another page lends no names.
+    question = "how do I interactively choose hunks to add to the index?"
+    for r in (_chunks(("git-add.html", 4, HUNKS), ("git-commit.html", 3, before)),
+              _chunks(("git-add.html", 4, HUNKS), ("git-add.html", 2, before)),
+              Retrieval("q", [_chunks(("git-add.html", 4, HUNKS)).hits[0],  # ends 20 characters into chunk 4
+                              Hit(Chunk("git-add.html#3", "git-add.html", 3, 4020 - len(before), 4020, before),
+                                  0.9, 1, 1, 1, 1)]),
+              Retrieval("q", [replace(h, chunk=replace(h.chunk, page=h.chunk.index)) for h in
+                              _chunks(("git-add.html", 4, HUNKS), ("git-add.html", 3, before)).hits])):
+        assert "--patch" not in _piece_with(extractive_answer(question, r), HUNKS)
+    # Only names come across: a chunk ending on a navigation list lends nothing.
+    r = _chunks(("git-add.html", 4, HUNKS), ("git-add.html", 3, "Intro text here.\n\nHome\n\nDocs\n\nAbout"))
+    assert _piece_with(extractive_answer(question, r), HUNKS).startswith(HUNKS)
+
+
+def test_a_label_run_is_names_only_and_at_most_max_labels():
+    text = "Intro text here.\n\nHome\n\nAbout\n\n-q\n\n--quiet\n\nThis suppresses all output of the command."
+    piece = _piece_with(extractive_answer("how do I suppress all output?", retrieval("q", text)), "suppresses")
+    assert piece.startswith("-q\n--quiet\nThis suppresses")  # every name, even before "This", and no navigation
+    many = "Intro text here.\n\n-a\n\n-b\n\n-c\n\n-d\n\n-e\n\n-f\n\nDoes something useful to the files."
+    piece = _piece_with(extractive_answer("which options do something useful to the files?", retrieval("q", many)),
+                        "Does something")
+    assert piece.startswith("-c\n-d\n-e\n-f\nDoes something")  # MAX_LABELS names
+    for p in extractive_answer("which option is -a?", retrieval("q", many)).split("\n\n"):
+        assert sum(line.startswith("-") for line in p.splitlines()) <= 4
 
 
 def test_a_product_no_document_names_is_missing_without_rescue():
@@ -373,3 +396,21 @@ def test_a_product_no_document_names_is_missing_without_rescue():
     said = extract(q, r, max_missing=0.2, rescue_sem=0.0)  # (any closeness would rescue a plain word)
     assert said.text == NOT_IN_DOCUMENTS and "'Sigstore'" in said.refusal
     assert not extract(q.replace("Sigstore", "sigstore"), r, max_missing=0.2, rescue_sem=0.0).refusal
+
+
+@pytest.mark.parametrize("question", [
+    "HOW DO I SIGN COMMITS WITH SIGSTORE",  # shouted: every word has capitals
+    "How To Sign Commits With Sigstore",  # title case
+    "Sign commits?\nSigstore is what I use",  # a new line opens a sentence
+    "Signing commits - Sigstore, how?",  # so does a dash
+])
+def test_capitals_that_say_nothing_are_not_names(question):
+    known = set(bm25_tokens("sign commits with gpg")).__contains__
+    assert unknown_names(question, known).names == ()
+
+
+def test_words_with_capitals_never_crowd_out_a_module_member():
+    known = set(bm25_tokens("os.path.splitdrive splits a path")).__contains__
+    q = ("we run it on our machines with Windows, Linux, Mac, Docker, Kubernetes, Ubuntu, Fedora, Debian, Arch and "
+         "Alpine, and so what does os.path.splitroot do for me and all of my team on each of those in the end?")
+    assert unknown_names(q, known).members == ("os.path.splitroot",)

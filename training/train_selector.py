@@ -57,7 +57,7 @@ def calibrate(folder: Path) -> dict:
 
     from microrag_engine import override, preset
     from microrag_engine.eval.qa import load_qa
-    from microrag_engine.generate import judge, load_answer_model, read_scores, score_units
+    from microrag_engine.generate import UnknownNames, judge, load_answer_model, read_scores, score_units, unknown_names
 
     s = override(preset("default"), answer_model=str(folder))
     reader = load_answer_model(folder)
@@ -70,7 +70,9 @@ def calibrate(folder: Path) -> dict:
             if r.refused or not r.hits:
                 continue
             sc = score_units(item.question, r, engine.index.embedder, r.weight, True)
-            if not sc.spans or not judge(sc.rel, s.answer_min_support, s.answer_max_missing, s.answer_rescue_sem).answerable:
+            unknown = unknown_names(item.question, r.known) if r.known is not None else UnknownNames()
+            if not sc.spans or not judge(sc.rel, s.answer_min_support, s.answer_max_missing, s.answer_rescue_sem,
+                                         unknown=unknown).answerable:
                 continue
             probs.append(read_scores(item.question, sc, reader, s.answer_rerank).answers)
             answerable.append(bool(item.answerable))

@@ -120,12 +120,15 @@ class UnknownNames:
     names: tuple[str, ...] = ()
 
 
-def _proper_name(word: str, before: str) -> bool:
-    """A word written with a capital that does not open a sentence ("Sigstore", "GitLab",
-    "TOTP"; not "How" or "I"): a name the asker copied, not a word they chose."""
-    opens = not before.strip() or before.rstrip()[-1] in ".?!:;\"'(["
-    return (len(word) > 1 and word[:1].isalpha() and any(c.isupper() for c in word) and word.isalnum()
-            and not opens)
+# What may come between a sentence's end and its next word: a word after one of these opens a
+# sentence, a line or a quote, and its capital says nothing.
+_OPENS = re.compile(r"[?!:;\"'(\[\n\u2014\u2013\u2026-]")
+
+
+def _proper_name(word: str) -> bool:
+    """A word written with a capital ("Sigstore", "GitLab", "TOTP"; not "I"): where it does not
+    open a sentence, a name the asker copied, not a word they chose."""
+    return len(word) > 1 and word[:1].isalpha() and any(c.isupper() for c in word) and word.isalnum()
 
 
 def unknown_names(query: str, known: Callable[[str], bool]) -> UnknownNames:
@@ -138,19 +141,21 @@ def unknown_names(query: str, known: Callable[[str], bool]) -> UnknownNames:
     a file type or a domain, or when it is two sentences that lost their space ("docs.Thanks")."""
     members: list[str] = []
     names: list[str] = []
-    seen = 0
+    seen = proper = 0
     prose = _ADDRESS.sub(" ", query)
-    for m in re.finditer(r"[\w.]+", prose):
+    words = list(re.finditer(r"[\w.]+", prose))
+    # A question in capitals or in title case ("How To Configure Logging") writes no names that way.
+    capitals = sum(w.group()[:1].isupper() for w in words) > len(words) / 2
+    for i, m in enumerate(words):
         name = m.group().strip(".")  # "__post_init__" is one word of the index, underscores and all
         if name in members or name in names:
             continue
         if not names_code(name):
-            if _proper_name(name, prose[: m.start()]):
-                seen += 1
-                if seen > MAX_NAMES:
-                    break
-                terms = bm25_tokens(name)
-                if terms and not any(known(t) for t in terms):
+            opens = i == 0 or words[i - 1].group().endswith(".") or bool(_OPENS.search(prose, words[i - 1].end(), m.start()))
+            terms = bm25_tokens(name) if not capitals and not opens and _proper_name(name) else []
+            if terms and proper < MAX_NAMES:  # (a budget of its own: "On Windows" never crowds out os.path.x)
+                proper += 1
+                if not any(known(t) for t in terms):
                     names.append(name)
             continue
         head, _, last = name.rpartition(".")
@@ -420,9 +425,15 @@ def score_units(query: str, retrieval: Retrieval, embedder: Embedder | None = No
     bounds: dict[int, tuple[int, int]] = {}  # a hit's units are contiguous: [first, last + 1)
     for j, u in enumerate(units):
         bounds[u.hit] = (bounds.get(u.hit, (j, j))[0], j + 1)
-    # The chunk before each one in its document, where that one was retrieved too (or is context).
+    # The chunk just before each one in its document, where that one was retrieved too (or is
+    # context): ending where it starts, not overlapping it (the "chars" chunker's windows) and
+    # on the same page (a page's footer is no label of the next page's first sentence).
     at = {(h.chunk.doc, h.chunk.index): r for r, h in enumerate(retrieval.passages)}
-    before = {r: at.get((h.chunk.doc, h.chunk.index - 1)) for r, h in enumerate(retrieval.passages)}
+    before: dict[int, int | None] = {}
+    for r, h in enumerate(retrieval.passages):
+        b = at.get((h.chunk.doc, h.chunk.index - 1))
+        c = retrieval.passages[b].chunk if b is not None else None
+        before[r] = b if c is not None and c.end <= h.chunk.start and c.page == h.chunk.page else None
     spans: list[list[int]] = []
     seen: set[tuple[int, ...]] = set()
     for j, u in enumerate(units):
@@ -510,15 +521,26 @@ def _is_label(units: list[Unit], k: int) -> bool:
     return u.kind == "sentence" and alone and len(u.text) <= LABEL_CHARS and u.text.rstrip()[-1:] not in ".!?:;"
 
 
-def _labels_before(units: list[Unit], before: Sequence[int]) -> list[int]:
+def _names_a_thing(text: str) -> bool:
+    """A label that is a name (an option, an identifier, a call, code), not a short line of
+    prose or page chrome ("About", "Next topic")."""
+    return bool(_NAME.search(text))
+
+
+def _labels_before(units: list[Unit], before: Sequence[int], nearest: bool = True,
+                   room: int = MAX_LABELS) -> list[int]:
     """The run of label lines that ends ``before`` (unit indices in reading order), in
     reading order: every name of an option or term ("-s", "--signoff", "--no-signoff"),
-    at most ``MAX_LABELS`` of them and ``LABEL_CHARS`` in all."""
+    at most ``room`` of them and ``LABEL_CHARS`` in all. Only the nearest may be any
+    label (``nearest``: a term, a signature); the others must name something, so a
+    navigation list's short lines never come along."""
     run: list[int] = []
     chars = 0
     for k in reversed(before):
         chars += len(units[k].text)
-        if len(run) == MAX_LABELS or chars > LABEL_CHARS or not _is_label(units, k):
+        if len(run) == room or chars > LABEL_CHARS or not _is_label(units, k):
+            break
+        if not ((nearest and not run) or _names_a_thing(units[k].text)):
             break
         run.insert(0, k)
     return run
@@ -527,25 +549,28 @@ def _labels_before(units: list[Unit], before: Sequence[int]) -> list[int]:
 def _expand(units: list[Unit], j: int, query: str, bounds: tuple[int, int],
             before: tuple[int, int] | None = None) -> list[int]:
     """The unit ``j`` and the neighbours it needs to be read on its own; ``bounds`` are
-    its chunk's units, ``before`` those of the chunk before it in its document when that
-    chunk was retrieved too. Looks only at neighbours, so all candidates cost linear time."""
+    its chunk's units, ``before`` those of the chunk just before it in its document (ending
+    where it starts, on its page) when that chunk was retrieved too. Looks only at
+    neighbours, so all candidates cost linear time."""
     same = range(*bounds)
     at = j - bounds[0]
     picked = [j]
     if at > 0:
         prev = units[same[at - 1]]
-        # What an "It"/"This" points back to; the sentence that opens the anchor's paragraph;
-        # the labels (signature, term, every name of an option) the anchor's paragraph describes.
+        # The labels (signature, term, every name of an option) the anchor's paragraph describes;
+        # what an "It"/"This" points back to; the sentence that opens the anchor's paragraph.
         opens = prev.kind == "sentence" and prev.para == units[j].para and len(prev.text) + len(units[j].text) <= PARA_CHARS
-        if (_REFERS_BACK.match(units[j].text) and prev.kind not in ("heading", "code")) or opens:
+        if prev.para != units[j].para and _is_label(units, same[at - 1]):
+            # (before a label, only its other names: a term or signature only before a description)
+            label = _is_label(units, j)
+            picked[:0] = _labels_before(units, same[:at], nearest=not label, room=MAX_LABELS - label)
+        elif (_REFERS_BACK.match(units[j].text) and prev.kind not in ("heading", "code")) or opens:
             picked.insert(0, same[at - 1])
-        elif prev.para != units[j].para:
-            picked[:0] = _labels_before(units, same[:at])
     elif before is not None and units[j].kind == "sentence":
         # The chunker may cut between an option's names and what they do (a man page's
         # "-p / --patch" ends one chunk, "Interactively choose hunks..." opens the next):
         # the description is quoted with its names, or it answers "which flag" with no flag.
-        picked[:0] = _labels_before(units, range(*before))
+        picked[:0] = _labels_before(units, range(*before), nearest=False)
     chars = sum(len(units[k].text) for k in picked)
     how = bool(_HOW.match(query))
     for k in same[at + 1 :]:
@@ -553,10 +578,12 @@ def _expand(units: list[Unit], j: int, query: str, bounds: tuple[int, int],
         leads_in = tail.text.rstrip().endswith(":")
         in_list = nxt.kind in ("item", "row") and tail.kind in ("item", "row") and len(picked) > 1
         shows_code = nxt.kind == "code" and (leads_in or how)
-        # Labels are read on with what they name (and a label's other names, before it).
+        # Labels are read on with what they name, through the thing's other names.
+        labels = all(_is_label(units, i) for i in picked)
+        another = _is_label(units, k) and (len(picked) >= MAX_LABELS or not _names_a_thing(nxt.text)
+                                           or not _names_a_thing(tail.text))
         reads_on = nxt.kind == "sentence" and chars + len(nxt.text) <= PARA_CHARS and (
-            (nxt.para == tail.para and nxt.hit == tail.hit)
-            or (len(picked) <= MAX_LABELS and all(_is_label(units, k) for k in picked)))
+            nxt.para == tail.para or (labels and not another))
         # A question (an FAQ's) is read with what follows it, in whatever form: alone it answers nothing.
         answers_it = _asks(tail)
         if nxt.kind == "heading" or not (leads_in or in_list or shows_code or reads_on or answers_it):

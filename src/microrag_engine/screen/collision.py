@@ -197,7 +197,7 @@ class LivePass(NamedTuple):
 
 class LivePasses:
     """Each probe question's first pass over the live chunks of a clearance, from the database
-    (``SearchableStore.search``): which chunks, of which documents, and the dense leg's floor, kept ``max_age`` seconds
+    (``SearchableStore.search``): which chunks, of which documents, and each leg's floor, kept ``max_age`` seconds
     (asked again for every upload, ~300 probes would cost ~300 searches under the write lock
     each time). The chunks are scored again for each upload; what the kept pass misses is the
     documents that went live since, which are not among the candidates (a page then looks

@@ -589,10 +589,12 @@ class PostgresStore(SearchableStore):
         IDF and the chunk count come from the same labels only; document lengths are
         normalised by the corpus-wide mean the stored weights were built with.
 
-        The ceiling (sum of IDF) lets the grounding gate read coverage. The floors: none when
-        the HNSW pass found fewer than ``n`` chunks (it saw every chunk the filters admit, so the
-        candidates are all of them); else 0 for BM25, as in memory (``retrieve.leg_floors``), and
-        the cosine of the chunk the HNSW index finds nearest to -q, the one farthest from q.
+        The ceiling (sum of IDF) lets the grounding gate read coverage. The floors: the dense
+        leg's is the cosine of the chunk the HNSW index finds nearest to -q, the one farthest from
+        q (a floor above a candidate's cosine is harmless: ``fuse.minmax`` takes the lower). The
+        keyword leg's is 0, as in memory (``retrieve.leg_floors``), where the HNSW pass found ``n``
+        chunks; where it found fewer it usually saw every chunk the filters admit, which are then
+        all candidates, scaled over themselves (exact even when every one holds a query term).
         """
         tokens = bm25_tokens(query)
         counts = Counter(term_id(t) for t in tokens)  # a repeated term counts each time, as in memory
@@ -612,12 +614,10 @@ class PostgresStore(SearchableStore):
             ids = [r[0] for r in self.x(
                 f"SELECT id FROM chunks WHERE embedding IS NOT NULL {narrowed[0]} ORDER BY embedding <=> %s::vector LIMIT %s",
                 (*narrowed[1], qv, n))]
-            floors: tuple[float | None, float | None] = (None, None)
-            if len(ids) >= n:
-                far = self.x(f"SELECT 1 - (embedding <=> %s::vector) FROM chunks WHERE embedding IS NOT NULL {narrowed[0]} "
-                             "ORDER BY embedding <=> %s::vector LIMIT 1", (qv, *narrowed[1], vector_literal(-qvec)))
-                least = float(far[0][0]) if far else math.nan
-                floors = (0.0, None if math.isnan(least) else least)  # (a zero query vector has no cosine)
+            far = self.x(f"SELECT 1 - (embedding <=> %s::vector) FROM chunks WHERE embedding IS NOT NULL {narrowed[0]} "
+                         "ORDER BY embedding <=> %s::vector LIMIT 1", (qv, *narrowed[1], vector_literal(-qvec)))
+            least = float(far[0][0]) if far else math.nan  # (NaN: a zero query vector has no cosine)
+            floors = (0.0 if len(ids) >= n else None, None if math.isnan(least) else least)
             if dfs:
                 ids += self._keyword_top(dfs, weights, n_chunks, q_sparse, narrowed, n)
             rows = self.x(f"{_SCORED} WHERE id = ANY(%s) ORDER BY doc, idx", (q_sparse, qv, list(dict.fromkeys(ids))))
