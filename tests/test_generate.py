@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import itertools
 from dataclasses import replace
 
 import numpy as np
@@ -13,12 +14,15 @@ from conftest import ROOT, needs_models
 from microrag_engine.config import preset
 from microrag_engine.engine import Engine, demo_corpus
 from microrag_engine.generate import (
+    MAX_LABELS,
+    MAX_NAMES,
     Relevance,
     UnknownNames,
     extract,
     extractive_answer,
     judge,
     relevance,
+    score_units,
     units_of,
     unknown_names,
 )
@@ -321,7 +325,31 @@ def test_a_bare_name_no_document_holds_is_missing_without_rescue():
 def test_unknown_names_reads_any_text(query):
     found = unknown_names(query, lambda t: False)
     assert all(n in query for n in found.members + found.names)
-    assert len(found.members + found.names) <= 8
+    assert len(found.members) <= MAX_NAMES and len(found.names) <= 2 * MAX_NAMES  # (code and capitalised: a budget each)
+
+
+NAMES = ["-a", "--all", "-q", "--dry-run", "`x.y`"]
+CHROME = ["Home", "About", "Next topic", "Foo bar"]
+
+
+@given(st.lists(st.sampled_from(NAMES + CHROME), max_size=12), st.integers(0, 12))
+@settings(max_examples=150, deadline=None)
+def test_a_label_run_before_a_description_is_bounded_and_names_only(lines, cut):
+    """Whatever short lines precede a description, in one chunk or cut across two: every
+    candidate passage opens with at most MAX_LABELS of them, and all but the one nearest what
+    follows are names."""
+    body = "\n\n".join(lines)
+    text = "Intro sentence here.\n\n" + body + "\n\nDoes something useful to the files."
+    cut = min(cut, len(lines))
+    first = "Intro sentence here.\n\n" + "\n\n".join(lines[:cut])
+    second = "\n\n".join(lines[cut:] + ["Does something useful to the files."])
+    for r in (retrieval("q", text), _chunks(("m.html", 4, second), ("m.html", 3, first))):
+        scores = score_units("which option does something useful to the files?", r)
+        for span in scores.spans:
+            run = list(itertools.takewhile(lambda line: line in NAMES + CHROME,
+                                           [scores.units[k].text for k in span]))
+            assert len(run) <= MAX_LABELS
+            assert all(line in NAMES for line in run[:-1])
 
 
 def _piece_with(answer: str, text: str) -> str:

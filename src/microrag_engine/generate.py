@@ -570,7 +570,7 @@ def _expand(units: list[Unit], j: int, query: str, bounds: tuple[int, int],
         # The chunker may cut between an option's names and what they do (a man page's
         # "-p / --patch" ends one chunk, "Interactively choose hunks..." opens the next):
         # the description is quoted with its names, or it answers "which flag" with no flag.
-        picked[:0] = _labels_before(units, range(*before), nearest=False)
+        picked[:0] = _labels_before(units, range(*before), nearest=False, room=MAX_LABELS - _is_label(units, j))
     chars = sum(len(units[k].text) for k in picked)
     how = bool(_HOW.match(query))
     for k in same[at + 1 :]:
