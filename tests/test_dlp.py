@@ -161,3 +161,49 @@ def test_real_documentation_pages_keep_their_examples():
                         "lorentzen.ch@gmail.com")):
         text = parse_upload(name, page(name))[0].text
         assert kept in text and kept in redact(text)[0], name
+
+
+# One value of every shape; a test text is one of them with letters re-cased or swapped for the
+# characters RE2's (?i) folds to ASCII ("ſ" for s, the Kelvin sign for k), between other pieces.
+_SHAPE_VALUES = ["AKIAABCDEFGHIJKLMNOP", "ghp_" + "a1" * 18, "github_pat_" + "b2" * 22, "glpat-" + "c3" * 11,
+                 "xoxb-1234567890ab", "https://hooks.slack.com/services/T000/B000/XXXXXXXXXXXXXXXXXXXX",
+                 "sk_live_" + "d4" * 9, "whsec_" + "e5" * 9, "sk-proj-" + "f6" * 11, "AIza" + "g7" * 18, "hf_" + "h8" * 16,
+                 "npm_" + "i9" * 18, "pypi-" + "j0" * 26, "SG." + "k1" * 9 + "." + "l2" * 9, "SK" + "0a" * 16,
+                 "eyJ" + "m3" * 5 + ".eyJ" + "n4" * 5 + "." + "o5" * 5, "-----BEGIN RSA PRIVATE KEY-----\nMIIE",
+                 "AccountKey=" + "p6" * 11, "SharedAccessKey=" + "q7" * 11, "?sig=" + "r8" * 11,
+                 "postgres://u:pw1@db.internal", "Bearer " + "s9" * 9, "token " + "t0" * 9, "Basic " + "u1" * 7,
+                 "x.y@example.org"]
+
+
+def _recased(value: str, flips: list[int]) -> str:
+    out = list(value)
+    for i, how in zip(range(len(out)), flips):
+        c = out[i]
+        out[i] = {1: c.swapcase(), 2: "\u017f" if c in "sS" else c, 3: "\u212a" if c in "kK" else c}.get(how, c)
+    return "".join(out)
+
+
+_shape_texts = st.builds(lambda before, value, flips, after: before + _recased(value, flips) + after,
+                         st.text(max_size=8), st.sampled_from(_SHAPE_VALUES), st.lists(st.integers(0, 4), max_size=40),
+                         st.text(max_size=8))
+
+
+@settings(max_examples=400, deadline=None)
+@given(_shape_texts)
+def test_a_shape_never_matches_a_text_without_one_of_its_needles(text):
+    # find_secrets runs a pattern only where a needle is: a match without one would be a secret missed.
+    may = {kind for kind, _, _ in dlp.shapes_in(text)}
+    for kind, pattern, *_ in dlp.SHAPES:
+        assert pattern.search(text) is None or kind in may, (kind, text)
+
+
+@pytest.mark.parametrize("text", [
+    "aws key AKIAABCDEFGHIJKLMNOP and password: Sup3rS3cretValue, call 415-867-5309",
+    "Authorization: Bearer 9f8e7d6c5b4a39281706f5e4d3c2b1a0 sent to jane.doe.hr@kestrel-logistics.io",
+])
+def test_kinds_finds_what_the_whole_scan_finds_of_those_kinds(text):
+    whole = dlp.find_secrets(text)
+    for kinds in ({"aws_access_key"}, {"secret_in_context", "phone"}, {"bearer_token", "email"}, {"iban"}):
+        part = dlp.find_secrets(text, kinds=frozenset(kinds))
+        assert {f.kind for f in part} <= kinds
+        assert [f for f in whole if f.kind in kinds] == part
