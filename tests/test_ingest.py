@@ -239,6 +239,30 @@ def test_a_large_ingest_commits_in_batches_and_a_rerun_finishes_an_interrupted_o
     assert abs(a.vectors - b.vectors).max() < 1e-6
 
 
+def test_the_embedder_starts_on_the_first_documents_and_batches_grow(tmp_path, monkeypatch):
+    """#34: the first batch is embedded once 32 chunks are ready (not 256: the embedder sat idle
+    while they were prepared), each later one gathers twice as many, up to EMBED_CHUNKS."""
+    from microrag_engine import ingest
+
+    sizes: list[int] = []
+    real = ingest.embed_prepared
+
+    def watched(items, embedder, landed=None):
+        sizes.append(sum(len(p.chunks) for p in items))
+        return real(items, embedder, landed)
+
+    monkeypatch.setattr(ingest, "embed_prepared", watched)
+    docs = [Document(f"d{i}.md", " ".join(f"Sentence {j} of document {i} is about topic {i * j}." for j in range(60)))
+            for i in range(120)]
+    report = ingest.stream_documents(SQLiteStore(tmp_path / "ix"), ((d, "") for d in docs), SEED)
+    per_doc = report.chunks_written // len(docs)
+    assert per_doc >= 2 and sum(sizes) == report.chunks_written
+    targets = [ingest.batch_chunks(k) for k in range(len(sizes))]
+    assert targets[:5] == [32, 64, 128, 256, 256]
+    # each batch but the last closes on the document that reaches its target
+    assert all(t <= n < t + 2 * per_doc + 1 for n, t in zip(sizes[:-1], targets)), (sizes, per_doc)
+
+
 def test_the_loader_runs_a_bounded_distance_ahead_of_the_writer(tmp_path, monkeypatch):
     from microrag_engine import ingest
 
@@ -289,6 +313,7 @@ def test_documents_prepared_elsewhere_in_any_split_land_as_a_local_ingest_lands_
     embedder = make_embedder("hash")
     run = ingest.Ingestion(split, settings, embedder.dim, extra_meta=corpus.roots, commit_chunks=7)
     batch: list[ingest.Prepared] = []
+    formed = 0
     shards = [corpus.files[i:i + 2] for i in range(0, len(corpus.files), 2)]
     for shard in shards:
         for item in ingest.prepare_files(shard, run.plan, embedder):
@@ -296,9 +321,9 @@ def test_documents_prepared_elsewhere_in_any_split_land_as_a_local_ingest_lands_
             corpus.loaded.add(item.record.doc)
             run.count(item.record.doc, len(item.chunks), item.findings, item.replaces)
             batch.append(item)
-            if sum(len(p.chunks) for p in batch) >= ingest.EMBED_CHUNKS:
+            if sum(len(p.chunks) for p in batch) >= ingest.batch_chunks(formed):
                 run.write(ingest.attach_vectors(batch, ingest.embed_texts([c.text for p in batch for c in p.chunks], embedder)))
-                batch = []
+                batch, formed = [], formed + 1
     run.write(ingest.attach_vectors(batch, ingest.embed_texts([c.text for p in batch for c in p.chunks], embedder)))
     report = run.finish(corpus.deletions(False))
     assert report.added == local.added and report.findings == local.findings and len(report.findings) == 9

@@ -285,7 +285,7 @@ def ingest_cluster(
 class _Flow:
     """The driver's loop. Prepare tasks (one per shard of files) return prepared documents;
     taken in shard order, they form embedding groups exactly as ``stream_documents`` forms
-    them (``EMBED_CHUNKS``); embed tasks return each group's vectors, written in group order.
+    them (``ingest.batch_chunks``); embed tasks return each group's vectors, written in group order.
     So the writes, and the vectors, do not depend on which task ends first. At most
     ``window`` tasks of each kind are in flight or waiting to be taken: memory is bounded."""
 
@@ -383,7 +383,7 @@ class _Flow:
             self.corpus.replaced += item.stale  # the same document under another form of its name
             self.ingestion.count(doc, len(item.chunks), item.findings, item.replaces)
             self.batch.append(item)
-            if sum(len(p.chunks) for p in self.batch) >= ingest.EMBED_CHUNKS:
+            if sum(len(p.chunks) for p in self.batch) >= ingest.batch_chunks(self.formed):
                 self._form()
 
     def _form(self) -> None:
