@@ -192,18 +192,18 @@ _shape_texts = st.builds(lambda before, value, flips, after: before + _recased(v
 @given(_shape_texts)
 def test_a_shape_never_matches_a_text_without_one_of_its_needles(text):
     # find_secrets runs a pattern only where a needle is: a match without one would be a secret missed.
-    may = {kind for kind, _, _ in dlp.shapes_in(text)}
+    may = {shape.kind for shape in dlp.shapes_in(text)}
     for kind, pattern, *_ in dlp.SHAPES:
         assert pattern.search(text) is None or kind in may, (kind, text)
 
 
-@pytest.mark.parametrize("text", [
-    "aws key AKIAABCDEFGHIJKLMNOP and password: Sup3rS3cretValue, call 415-867-5309",
-    "Authorization: Bearer 9f8e7d6c5b4a39281706f5e4d3c2b1a0 sent to jane.doe.hr@kestrel-logistics.io",
-])
-def test_kinds_finds_what_the_whole_scan_finds_of_those_kinds(text):
-    whole = dlp.find_secrets(text)
-    for kinds in ({"aws_access_key"}, {"secret_in_context", "phone"}, {"bearer_token", "email"}, {"iban"}):
-        part = dlp.find_secrets(text, kinds=frozenset(kinds))
-        assert {f.kind for f in part} <= kinds
-        assert [f for f in whole if f.kind in kinds] == part
+@settings(max_examples=200, deadline=None)
+@given(st.lists(_shape_texts, min_size=1, max_size=3).map(" ".join))
+def test_the_needle_check_changes_no_finding(text):
+    every = dlp.find_secrets(text)
+    saved = dlp.shapes_in
+    try:
+        dlp.shapes_in = lambda _: list(dlp.SHAPES)  # every pattern runs on every text, as before the check
+        assert dlp.find_secrets(text) == every, text
+    finally:
+        dlp.shapes_in = saved

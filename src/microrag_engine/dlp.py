@@ -29,7 +29,7 @@ import math
 from collections import Counter
 from collections.abc import Callable
 from dataclasses import dataclass
-from typing import Any
+from typing import Any, NamedTuple
 
 from . import rx
 
@@ -51,37 +51,46 @@ def _is_word(ch: str) -> bool:
 
 # ---------------------------------------------------------------- shapes
 
-# (kind, pattern, group, needles, folded): the finding is the span of that group. Each has a
-# prefix or a structure no ordinary word has, so no context is needed. Every match holds one
-# of its needles (in the case-folded text when ``folded``): a pattern runs only on a text that
-# holds one (``find_secrets``): most pages hold none, and each RE2 run re-encodes the text.
+class Shape(NamedTuple):
+    """A secret recognised by its shape alone: a prefix or a structure no ordinary word has, so
+    no context is needed. The finding is the span of ``group``. Every match holds one of
+    ``needles`` (in the case-folded text when ``folded``), so the pattern runs only on a text
+    that holds one (``shapes_in``): most pages hold none, and each RE2 run re-encodes the text."""
+
+    kind: str
+    pattern: Any  # a compiled RE2 pattern (``rx.compile``)
+    group: int
+    needles: tuple[str, ...]
+    folded: bool
+
+
 SHAPES = [
-    ("aws_access_key", rx.compile(r"\b(?:AKIA|ASIA|ABIA|ACCA)[0-9A-Z]{16}\b"), 0, ("AKIA", "ASIA", "ABIA", "ACCA"), False),
-    ("github_token", rx.compile(r"\b(?:gh[pousr]_[A-Za-z0-9]{30,}|github_pat_[A-Za-z0-9_]{40,})"), 0,
-     ("ghp_", "gho_", "ghu_", "ghs_", "ghr_", "github_pat_"), False),
-    ("gitlab_token", rx.compile(r"\bglpat-[A-Za-z0-9_-]{20,}"), 0, ("glpat-",), False),
-    ("slack_token", rx.compile(r"\bxox[abposr]-[A-Za-z0-9-]{10,}"), 0, ("xox",), False),
-    ("slack_webhook", rx.compile(r"https://hooks\.slack\.com/services/[A-Za-z0-9/_-]{20,}"), 0, ("hooks.slack.com",), False),
-    ("stripe_key", rx.compile(r"\b(?:[sr]k|whsec)_(?:live_|test_)?[A-Za-z0-9]{16,}"), 0, ("sk_", "rk_", "whsec_"), False),
-    ("api_key", rx.compile(r"\bsk-(?:proj-|ant-|svcacct-)?[A-Za-z0-9_-]{20,}"), 0, ("sk-",), False),  # OpenAI, Anthropic and alike
-    ("google_api_key", rx.compile(r"\bAIza[0-9A-Za-z_-]{35}"), 0, ("AIza",), False),
-    ("huggingface_token", rx.compile(r"\bhf_[A-Za-z0-9]{30,}"), 0, ("hf_",), False),
-    ("npm_token", rx.compile(r"\bnpm_[A-Za-z0-9]{36}\b"), 0, ("npm_",), False),
-    ("pypi_token", rx.compile(r"\bpypi-[A-Za-z0-9_-]{50,}"), 0, ("pypi-",), False),
-    ("sendgrid_key", rx.compile(r"\bSG\.[A-Za-z0-9_-]{16,}\.[A-Za-z0-9_-]{16,}"), 0, ("SG.",), False),
-    ("twilio_key", rx.compile(r"\bSK[0-9a-f]{32}\b"), 0, ("SK",), False),
-    ("jwt", rx.compile(r"\beyJ[A-Za-z0-9_-]{8,}\.eyJ[A-Za-z0-9_-]{8,}\.[A-Za-z0-9_-]{8,}"), 0, ("eyJ",), False),
-    ("private_key", rx.compile(r"-----BEGIN [A-Z ]*PRIVATE KEY( BLOCK)?-----[\s\S]*?(?:-----END [A-Z ]*PRIVATE KEY( BLOCK)?-----|$)"), 0,
-     ("-----BEGIN ",), False),
-    ("azure_key", rx.compile(r"(?i)(?:AccountKey|SharedAccessKey)=([A-Za-z0-9+/]{20,}={0,2})"), 1,
-     ("accountkey=", "sharedaccesskey="), True),
-    ("azure_sas", rx.compile(r"[?&]sig=([A-Za-z0-9%+/]{20,}(?:%3D|=){0,2})"), 1, ("sig=",), False),
+    Shape("aws_access_key", rx.compile(r"\b(?:AKIA|ASIA|ABIA|ACCA)[0-9A-Z]{16}\b"), 0, ("AKIA", "ASIA", "ABIA", "ACCA"), False),
+    Shape("github_token", rx.compile(r"\b(?:gh[pousr]_[A-Za-z0-9]{30,}|github_pat_[A-Za-z0-9_]{40,})"), 0,
+          ("ghp_", "gho_", "ghu_", "ghs_", "ghr_", "github_pat_"), False),
+    Shape("gitlab_token", rx.compile(r"\bglpat-[A-Za-z0-9_-]{20,}"), 0, ("glpat-",), False),
+    Shape("slack_token", rx.compile(r"\bxox[abposr]-[A-Za-z0-9-]{10,}"), 0, ("xox",), False),
+    Shape("slack_webhook", rx.compile(r"https://hooks\.slack\.com/services/[A-Za-z0-9/_-]{20,}"), 0, ("hooks.slack.com",), False),
+    Shape("stripe_key", rx.compile(r"\b(?:[sr]k|whsec)_(?:live_|test_)?[A-Za-z0-9]{16,}"), 0, ("sk_", "rk_", "whsec_"), False),
+    Shape("api_key", rx.compile(r"\bsk-(?:proj-|ant-|svcacct-)?[A-Za-z0-9_-]{20,}"), 0, ("sk-",), False),  # OpenAI, Anthropic and alike
+    Shape("google_api_key", rx.compile(r"\bAIza[0-9A-Za-z_-]{35}"), 0, ("AIza",), False),
+    Shape("huggingface_token", rx.compile(r"\bhf_[A-Za-z0-9]{30,}"), 0, ("hf_",), False),
+    Shape("npm_token", rx.compile(r"\bnpm_[A-Za-z0-9]{36}\b"), 0, ("npm_",), False),
+    Shape("pypi_token", rx.compile(r"\bpypi-[A-Za-z0-9_-]{50,}"), 0, ("pypi-",), False),
+    Shape("sendgrid_key", rx.compile(r"\bSG\.[A-Za-z0-9_-]{16,}\.[A-Za-z0-9_-]{16,}"), 0, ("SG.",), False),
+    Shape("twilio_key", rx.compile(r"\bSK[0-9a-f]{32}\b"), 0, ("SK",), False),
+    Shape("jwt", rx.compile(r"\beyJ[A-Za-z0-9_-]{8,}\.eyJ[A-Za-z0-9_-]{8,}\.[A-Za-z0-9_-]{8,}"), 0, ("eyJ",), False),
+    Shape("private_key", rx.compile(r"-----BEGIN [A-Z ]*PRIVATE KEY( BLOCK)?-----[\s\S]*?(?:-----END [A-Z ]*PRIVATE KEY( BLOCK)?-----|$)"),
+          0, ("-----BEGIN ",), False),
+    Shape("azure_key", rx.compile(r"(?i)(?:AccountKey|SharedAccessKey)=([A-Za-z0-9+/]{20,}={0,2})"), 1,
+          ("accountkey=", "sharedaccesskey="), True),
+    Shape("azure_sas", rx.compile(r"[?&]sig=([A-Za-z0-9%+/]{20,}(?:%3D|=){0,2})"), 1, ("sig=",), False),
     # user:password@host in any URL scheme (postgres://, mongodb+srv://, redis://:pw@, https://)
-    ("url_credentials", rx.compile(r"\b[a-zA-Z][a-zA-Z0-9+.-]*://[^\s:/@'\"`]*:([^\s@/'\"`]{3,})@[\w.-]"), 1, ("://",), False),
-    ("bearer_token", rx.compile(r"(?i)\b(?:bearer|token)\s+([A-Za-z0-9_~+/.-]{16,}={0,2})"),  # + _looks_generated
-     1, ("bearer", "token"), True),
-    ("basic_auth", rx.compile(r"(?i)\bbasic\s+([A-Za-z0-9+/]{12,}={0,2})"), 1, ("basic",), True),  # "basic authentication" is not one
-    ("email", rx.compile(r"\b[A-Za-z0-9._%+-]+@([A-Za-z0-9-]+(?:\.[A-Za-z0-9-]+)*\.[A-Za-z]{2,})\b"), 0, ("@",), False),
+    Shape("url_credentials", rx.compile(r"\b[a-zA-Z][a-zA-Z0-9+.-]*://[^\s:/@'\"`]*:([^\s@/'\"`]{3,})@[\w.-]"), 1, ("://",), False),
+    Shape("bearer_token", rx.compile(r"(?i)\b(?:bearer|token)\s+([A-Za-z0-9_~+/.-]{16,}={0,2})"),  # + _looks_generated
+          1, ("bearer", "token"), True),
+    Shape("basic_auth", rx.compile(r"(?i)\bbasic\s+([A-Za-z0-9+/]{12,}={0,2})"), 1, ("basic",), True),  # "basic authentication" is not one
+    Shape("email", rx.compile(r"\b[A-Za-z0-9._%+-]+@([A-Za-z0-9-]+(?:\.[A-Za-z0-9-]+)*\.[A-Za-z]{2,})\b"), 0, ("@",), False),
 ]
 # A real key block has base64 in it; "... (private key in base64 encoding) ..." is a doc's placeholder.
 _KEY_BODY = rx.compile(r"[A-Za-z0-9+/=]{40,}")
@@ -715,33 +724,23 @@ def _tokens(text: str) -> list[Finding]:
 # ---------------------------------------------------------------- all together
 
 
-# The detectors beyond SHAPES, each with the kinds it can report.
-_DETECTORS: list[tuple[frozenset[str], Callable[[str], list[Finding]]]] = [
-    (frozenset({"phone"}), _phones), (frozenset({"credit_card", "iban", "us_ssn"}), _numbers),
-    (frozenset({"secret_in_context"}), _context_values), (frozenset({"secret_in_context"}), _literals),
-    (frozenset({"secret_in_context"}), _table_columns), (frozenset({"high_entropy_token"}), _tokens),
-]
-
-
-def shapes_in(text: str) -> list[tuple[str, Any, int]]:
-    """(kind, pattern, group) of the SHAPES that may match ``text``: those with a needle in it."""
+def shapes_in(text: str) -> list[Shape]:
+    """The SHAPES that may match ``text``: those with a needle in it."""
     folded = text.casefold()  # RE2's (?i) matches "ſ" for "s" and the Kelvin sign for "k": so does casefold
-    return [(kind, p, g) for kind, p, g, needles, f in SHAPES if any(n in (folded if f else text) for n in needles)]
+    return [s for s in SHAPES if any(n in (folded if s.folded else text) for n in s.needles)]
 
 
-def find_secrets(text: str, view: str = "plain", kinds: frozenset[str] | None = None) -> list[Finding]:
-    """Every finding in ``text``, overlapping ones merged; with ``kinds``, only the detectors that
-    can report one of those kinds run, and only those kinds come back."""
-    out = [Finding(kind, m.start(g), m.end(g)) for kind, pattern, g in shapes_in(text)
-           if kinds is None or kind in kinds for m in pattern.finditer(text)
+def find_secrets(text: str, view: str = "plain") -> list[Finding]:
+    """Every finding in ``text``, overlapping ones merged."""
+    out = [Finding(kind, m.start(g), m.end(g)) for kind, pattern, g, *_ in shapes_in(text) for m in pattern.finditer(text)
            if g == 0 or m.end(g) == len(text) or not _is_word(text[m.end(g)]) or kind in ("url_credentials",)]
     out = [f for f in out if f.kind != "email" or _is_address(text, f)]
     out = [f for f in out if f.kind != "url_credentials" or not (_placeholder(text[f.start:f.end])
                                                                   or _reserved_host(text, f.end + 1))]
     out = [f for f in out if f.kind not in ("bearer_token", "basic_auth") or _credential_token(text[f.start:f.end])]
     out = [f for f in out if f.kind != "private_key" or _KEY_BODY.search(text[f.start:f.end])]
-    out += [f for reports, detect in _DETECTORS if kinds is None or reports & kinds for f in detect(text)]
-    return merge([Finding(f.kind, f.start, f.end, view) for f in out if kinds is None or f.kind in kinds])
+    out += _phones(text) + _numbers(text) + _context_values(text) + _literals(text) + _table_columns(text) + _tokens(text)
+    return merge([Finding(f.kind, f.start, f.end, view) for f in out])
 
 
 def merge(found: list[Finding]) -> list[Finding]:
