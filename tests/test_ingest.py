@@ -304,6 +304,7 @@ def test_documents_prepared_elsewhere_in_any_split_land_as_a_local_ingest_lands_
     from microrag_engine.index.embed import make_embedder
 
     monkeypatch.setattr(ingest, "EMBED_CHUNKS", 5)
+    monkeypatch.setattr(ingest, "FIRST_EMBED_CHUNKS", 2)  # groups of 2, 4, then 5 chunks
     docs = write(tmp_path / "docs", {f"p{i}.md": body(f"topic {i}") + f" The old key was AKIAABCDEFGHIJKLMNO{i}." for i in range(9)})
     whole = SQLiteStore(tmp_path / "whole")
     settings = DEFAULT.__class__(**{**DEFAULT.__dict__, "embedder": "hash", "dlp": "redact"})

@@ -343,7 +343,7 @@ def batch_chunks(formed: int) -> int:
     EMBED_CHUNKS. The embedder starts on the first few documents instead of idling until 256
     chunks are prepared (on 300 one-page files that wait was a tenth of the ingest's wall time);
     every ingest, local or on a cluster, forms its batches by this one rule."""
-    return min(EMBED_CHUNKS, FIRST_EMBED_CHUNKS << min(formed, 8))
+    return min(EMBED_CHUNKS, FIRST_EMBED_CHUNKS << min(formed, 30))  # the shift bounded: no huge int after many batches
 
 
 @dataclass
